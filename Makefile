@@ -1,0 +1,57 @@
+# disttrain: `make test` runs everything CI runs; `make demo` shows a job run end to end.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .cache/venv
+PY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+BINARIES_STAMP := .cache/bin/.stamp-$(shell cat hack/versions.env hack/kube/go.mod hack/etcd/go.mod | sha1sum | cut -c1-12)
+CLUSTER_DIR := .cache/cluster
+PYTEST_ARGS ?=
+
+.PHONY: all test lint unit integration venv binaries cluster-up cluster-down crd demo bench clean
+
+all: test
+
+$(VENV_STAMP): pyproject.toml
+	hack/ensure-system.sh
+	rm -rf $(VENV) && $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV_STAMP)
+
+$(BINARIES_STAMP): hack/versions.env hack/kube/go.mod hack/etcd/go.mod
+	hack/build-binaries.sh
+	touch $@
+
+binaries: $(BINARIES_STAMP)
+
+lint: venv
+	$(VENV)/bin/ruff check operator hack tests
+	$(VENV)/bin/mypy
+
+unit: venv
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: venv binaries
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+# The README's test command: lint, unit tests, then integration tests on a real control plane.
+test: venv binaries
+	$(VENV)/bin/ruff check operator hack tests
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -p no:cacheprovider tests $(PYTEST_ARGS)
+
+crd: venv
+	$(PY) hack/gen_podtemplate_schema.py --kubeconfig $(CLUSTER_DIR)/kubeconfig
+	$(PY) -m disttrain crd > crds/disttrainjobs.disttrain.dev.yaml
+
+cluster-up: venv binaries
+	$(PY) hack/localcluster.py up --dir $(CLUSTER_DIR)
+
+cluster-down: venv
+	$(PY) hack/localcluster.py down --dir $(CLUSTER_DIR)
+
+clean: cluster-down
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the local control plane from the Go module proxy into .cache/bin/<version>/.
+# Every binary is keyed by its version: a second run finds them and returns at once.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source hack/versions.env
+GO=$(hack/ensure-go.sh)
+export PATH="$(dirname "$GO"):$PATH"
+
+BIN_ROOT=${DISTTRAIN_BIN_ROOT:-$PWD/.cache/bin}
+export GOFLAGS=${GOFLAGS:--trimpath}
+export CGO_ENABLED=0
+
+need() { [ -x "$1" ] || { echo "building $(basename "$1") ..." >&2; return 0; }; return 1; }
+
+k8s_dir=$BIN_ROOT/kubernetes-$KUBERNETES_VERSION
+mkdir -p "$k8s_dir"
+minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+pkg=k8s.io/component-base/version
+ldflags="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
+ -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z \
+ -X $pkg.gitCommit=module-proxy-$KUBERNETES_VERSION"
+# kubectl too: the installed one may be older than the skew policy allows (+/-1 minor).
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  if need "$k8s_dir/$cmd"; then
+    (cd hack/kube && go build -ldflags "$ldflags" -o "$k8s_dir/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
+    mv "$k8s_dir/$cmd.tmp" "$k8s_dir/$cmd"
+  fi
+done
+
+etcd_bin=$BIN_ROOT/etcd-$ETCD_VERSION/etcd
+if need "$etcd_bin"; then
+  mkdir -p "$(dirname "$etcd_bin")"
+  (cd hack/etcd && go build -ldflags "-s -w" -o "$etcd_bin.tmp" .)
+  mv "$etcd_bin.tmp" "$etcd_bin"
+fi
+
+# go install puts a module's command in GOBIN; one folder per version keeps them apart.
+install_tool() { # name module version
+  local dir=$BIN_ROOT/$1-$3
+  if need "$dir/$1"; then
+    GOBIN=$dir.tmp go install -ldflags "-s -w" "$2@$3"
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+  fi
+}
+install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
+install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+
+ln -sfn "$k8s_dir/kube-apiserver" "$BIN_ROOT/kube-apiserver"
+ln -sfn "$k8s_dir/kube-controller-manager" "$BIN_ROOT/kube-controller-manager"
+ln -sfn "$k8s_dir/kube-scheduler" "$BIN_ROOT/kube-scheduler"
+ln -sfn "$k8s_dir/kubectl" "$BIN_ROOT/kubectl"
+ln -sfn "$etcd_bin" "$BIN_ROOT/etcd"
+ln -sfn "$BIN_ROOT/kwok-$KWOK_VERSION/kwok" "$BIN_ROOT/kwok"
+ln -sfn "$BIN_ROOT/helm-$HELM_VERSION/helm" "$BIN_ROOT/helm"
+echo "control-plane binaries ready in $BIN_ROOT" >&2

@@ -1,0 +1,75 @@
+"""`disttrain`: run the operator, print the CRD, or render the objects of a job.
+
+    disttrain run [--namespace NS ...] [--peering NAME] [--metrics-port 8080]
+    disttrain crd
+    disttrain render job.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="disttrain", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the operator")
+    run.add_argument("--namespace", "-n", action="append", default=[],
+                     help="watch only this namespace (repeatable); default: the whole cluster")
+    run.add_argument("--peering", default=None,
+                     help="kopf peering object for several replicas (only one is active); default standalone")
+    run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
+    run.add_argument("--health-port", type=int, default=0, help="serve liveness at :PORT/healthz")
+    run.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
+    run.add_argument("--verbose", "-v", action="store_true")
+    sub.add_parser("crd", help="print the DistTrainJob CRD")
+    render_cmd = sub.add_parser("render", help="print every object the operator would create for a job")
+    render_cmd.add_argument("file", type=Path, help="a DistTrainJob manifest, or - for standard input")
+    args = parser.parse_args(argv)
+
+    if args.command == "crd":
+        from disttrain.crd import crd_yaml
+
+        sys.stdout.write(crd_yaml())
+        return 0
+    if args.command == "render":
+        from disttrain.render import render
+
+        text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
+        sys.stdout.write(render(text))
+        return 0
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import logging
+
+    import kopf
+    import prometheus_client
+
+    import disttrain.handlers  # noqa: F401  (registers the handlers)
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        # kopf logs every handled event at INFO: at thousands of pods that is the whole log.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    if args.metrics_port:
+        prometheus_client.start_http_server(args.metrics_port)
+    memo = kopf.Memo(workers=args.workers)
+    kopf.run(
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None,
+        memo=memo,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""Names that make up the API: group, kind, labels, environment variables."""
+
+GROUP = "disttrain.dev"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "DistTrainJob"
+PLURAL = "disttrainjobs"
+SINGULAR = "disttrainjob"
+SHORT_NAME = "dtj"
+CATEGORY = "disttrain"
+
+JOB_NAME_LABEL = f"{GROUP}/job-name"
+REPLICA_TYPE_LABEL = f"{GROUP}/replica-type"
+REPLICA_INDEX_LABEL = f"{GROUP}/replica-index"
+
+TF_CONFIG_ENV = "TF_CONFIG"
+JOB_NAME_ENV = "DISTTRAIN_JOB_NAME"
+REPLICA_TYPE_ENV = "DISTTRAIN_REPLICA_TYPE"
+REPLICA_INDEX_ENV = "DISTTRAIN_REPLICA_INDEX"
+NUM_WORKERS_ENV = "DISTTRAIN_NUM_WORKERS"
+OMP_NUM_THREADS_ENV = "OMP_NUM_THREADS"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MAX_DNS_LABEL = 63
+FIELD_MANAGER = "disttrain-operator"

@@ -1,0 +1,18 @@
+"""Every default of the API, in one place.
+
+The CRD generator writes these into the schema (`default:`), so `kubectl get -o yaml` shows
+the values in force; the spec parser applies the same ones, so `disttrain render` and the
+unit tests see what the API server would have stored.
+"""
+
+REPLICAS = 1
+REPLICA_RESTART_POLICY = "Never"
+TF_PORT = 2222
+TF_SUCCESS_POLICY = "ChiefOrWorker0"
+MPI_IMPLEMENTATION = "OpenMPI"
+MPI_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
+MPI_LAUNCHER_START = "WhenWorkersReady"
+BACKOFF_LIMIT = 3
+CLEAN_POD_POLICY = "Running"
+SUSPEND = False
+GANG = False

@@ -1,0 +1,76 @@
+"""kopf wiring, kept thin: index jobs and pods, queue a job on any event of it or its pods,
+and let the Controller reconcile. No change-detecting handlers: kopf then writes nothing to
+our objects (no progress or last-handled annotations), so every API write is the operator's."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from disttrain.constants import GROUP, JOB_NAME_LABEL, KIND, PLURAL, VERSION
+from disttrain.controller import Controller, JobKey
+from disttrain.kube import Kube, new_api_client
+from disttrain.observed import ObservedPod, observe_pod
+
+
+def owned_by_a_job(body: kopf.Body, **_: Any) -> bool:
+    return any(ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(GROUP)
+               for ref in body.get("metadata", {}).get("ownerReferences") or [])
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 270
+    settings.watching.client_timeout = 300
+    settings.networking.request_timeout = 60
+    controller = Controller(Kube(await new_api_client()), workers=int(memo.get("workers", 16)))
+    controller.start()
+    memo["controller"] = controller
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    controller: Controller | None = memo.get("controller")
+    if controller is not None:
+        await controller.stop()
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def jobs_by_key(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[JobKey, dict[str, Any]]:
+    # A plain copy: kopf's Body is a live view of the latest event.
+    return {(namespace, name): {"metadata": dict(body.metadata), "spec": dict(body.spec),
+                                "status": dict(body.status)}}
+
+
+@kopf.index("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=owned_by_a_job)
+def pods_by_job(namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[JobKey, ObservedPod]:
+    return {(namespace, labels[JOB_NAME_LABEL]): observe_pod(body)}
+
+
+def _queue(memo: kopf.Memo, key: JobKey, jobs: kopf.Index[Any, Any], pods: kopf.Index[Any, Any]) -> None:
+    controller: Controller = memo["controller"]
+
+    def job(k: JobKey) -> Mapping[str, Any] | None:
+        return next(iter(jobs.get(k, ())), None)
+
+    def job_pods(k: JobKey) -> Iterable[ObservedPod]:
+        return pods.get(k, ())
+
+    controller.bind(job, job_pods)
+    controller.queue.add(key)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def job_event(namespace: str, name: str, memo: kopf.Memo, jobs_by_key: kopf.Index[Any, Any],
+                    pods_by_job: kopf.Index[Any, Any], **_: Any) -> None:
+    _queue(memo, (namespace, name), jobs_by_key, pods_by_job)
+
+
+@kopf.on.event("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=owned_by_a_job)
+async def pod_event(namespace: str, labels: Mapping[str, str], memo: kopf.Memo, jobs_by_key: kopf.Index[Any, Any],
+                    pods_by_job: kopf.Index[Any, Any], **_: Any) -> None:
+    _queue(memo, (namespace, labels[JOB_NAME_LABEL]), jobs_by_key, pods_by_job)

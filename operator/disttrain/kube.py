@@ -1,0 +1,132 @@
+"""The few API writes the operator makes, over kubernetes_asyncio, with errors sorted into
+what reconciling needs to know: already there, gone, conflict, invalid."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from disttrain.constants import API_VERSION, FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
+from disttrain.status import timestamp
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class Conflict(Exception):
+    """The object changed since we read it: reconcile again from the newer version."""
+
+
+class Invalid(Exception):
+    """The API server rejected an object as invalid (422); the message says which field."""
+
+
+async def new_api_client(max_connections: int = 64) -> client.ApiClient:
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        configuration = client.Configuration.get_default_copy()
+    else:
+        configuration = client.Configuration()
+        await config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = max_connections
+    return client.ApiClient(configuration)
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        # Typed as Any: we send plain dicts, not the client's models (see builders.py).
+        self.core: Any = client.CoreV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
+        self.instance = os.environ.get("POD_NAME") or socket.gethostname()
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    async def create(self, obj: Mapping[str, Any]) -> bool:
+        """Create a core/v1 object; False if it already exists."""
+        ns, kind = obj["metadata"]["namespace"], obj["kind"]
+        create = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+            "ConfigMap": self.core.create_namespaced_config_map,
+            "Secret": self.core.create_namespaced_secret,
+        }[kind]
+        try:
+            await create(ns, obj, field_manager=FIELD_MANAGER)
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            if err.status == 422:
+                raise Invalid(_message(err)) from err
+            raise
+        return True
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete exactly the pod we judged (uid precondition): never a newer one of the same name."""
+        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        try:
+            await self.core.delete_namespaced_pod(name, namespace, body=body)
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
+    async def patch_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            # Optimistic concurrency: a status computed from a stale read is refused, not written.
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            result: dict[str, Any] = await self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, body, field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH,
+            )
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict(name) from err
+            raise
+        return result
+
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        try:
+            await self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body=body)
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
+    async def post_event(
+        self, namespace: str, name: str, uid: str, event_type: str, reason: str, message: str
+    ) -> None:
+        now = timestamp(datetime.datetime.now(datetime.UTC))
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": name, "namespace": namespace,
+                               "uid": uid},
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": f"{GROUP}/operator",
+            "reportingInstance": self.instance,
+        }
+        await self.core.create_namespaced_event(namespace, event)
+
+
+def _message(err: ApiException) -> str:
+    try:
+        return str(json.loads(err.body or b"{}").get("message") or err.reason)
+    except (TypeError, ValueError):
+        return str(err.reason)

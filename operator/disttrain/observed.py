@@ -1,0 +1,67 @@
+"""What the operator keeps of a pod: the few facts reconciling needs.
+
+Pods are indexed in memory (10,000 of them in the scale benchmark), so the index holds these
+small frozen records rather than whole pod bodies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from disttrain.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    name: str
+    uid: str
+    replica_type: str
+    index: int
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    ready: bool
+    terminating: bool
+    exit_code: int | None  # of a failed pod: the first non-zero exit code among its containers
+    reason: str | None  # why it failed: the pod's reason (Evicted, ...) or the container's (OOMKilled, Error)
+    container_restarts: int  # restarts the kubelet made (restartPolicy OnFailure / Always)
+
+    @property
+    def active(self) -> bool:
+        return not self.terminating and self.phase in ("Pending", "Running", "Unknown")
+
+    @property
+    def running(self) -> bool:
+        return not self.terminating and self.phase == "Running"
+
+
+def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    statuses = list(status.get("containerStatuses") or [])
+    exit_code: int | None = None
+    reason: str | None = status.get("reason")
+    for cs in statuses:
+        terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if terminated and terminated.get("exitCode", 0) != 0:
+            exit_code = int(terminated["exitCode"])
+            reason = reason or terminated.get("reason")
+            break
+    try:
+        index = int(labels.get(REPLICA_INDEX_LABEL, "0"))
+    except ValueError:
+        index = -1
+    return ObservedPod(
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        replica_type=labels.get(REPLICA_TYPE_LABEL, ""),
+        index=index,
+        phase=status.get("phase") or "Pending",
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+        terminating=meta.get("deletionTimestamp") is not None,
+        exit_code=exit_code,
+        reason=reason,
+        container_restarts=sum(int(cs.get("restartCount") or 0) for cs in statuses),
+    )

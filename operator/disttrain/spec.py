@@ -1,0 +1,217 @@
+"""The DistTrainJob spec as typed, immutable values.
+
+The API server has already validated the object against the CRD schema and its CEL rules,
+so parsing only reads fields and fills in the defaults from `defaults` (the same ones the
+schema declares) for objects that never went through an API server (`disttrain render`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from disttrain import defaults
+
+
+class Framework(StrEnum):
+    TENSORFLOW = "tensorflow"
+    MPI = "mpi"
+
+
+class RestartPolicy(StrEnum):
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+    ALWAYS = "Always"
+    EXIT_CODE = "ExitCode"
+
+
+class RestartScope(StrEnum):
+    POD = "Pod"
+    JOB = "Job"
+
+
+class SuccessPolicy(StrEnum):
+    CHIEF_OR_WORKER0 = "ChiefOrWorker0"
+    ALL_WORKERS = "AllWorkers"
+
+
+class CleanPodPolicy(StrEnum):
+    RUNNING = "Running"
+    ALL = "All"
+    NONE = "None"
+
+
+class MPIImplementation(StrEnum):
+    OPENMPI = "OpenMPI"
+    INTELMPI = "IntelMPI"
+    MPICH = "MPICH"
+
+
+class LauncherStart(StrEnum):
+    WHEN_WORKERS_READY = "WhenWorkersReady"
+    IMMEDIATELY = "Immediately"
+
+
+# Replica types in the order they appear in TF_CONFIG, status and `disttrain render`.
+TF_REPLICA_TYPES = ("chief", "ps", "worker", "evaluator")
+MPI_REPLICA_TYPES = ("launcher", "worker")
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    replicas: int
+    restart_policy: RestartPolicy
+    template: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TensorFlowSpec:
+    replicas: Mapping[str, ReplicaSpec]  # only the types the job has, with replicas > 0
+    port: int = defaults.TF_PORT
+    success_policy: SuccessPolicy = SuccessPolicy(defaults.TF_SUCCESS_POLICY)
+
+
+@dataclass(frozen=True)
+class MPISpec:
+    launcher: ReplicaSpec
+    worker: ReplicaSpec
+    implementation: MPIImplementation = MPIImplementation(defaults.MPI_IMPLEMENTATION)
+    slots_per_worker: int | None = None  # None: the worker's nvidia.com/gpu limit, else 1
+    ssh_auth_mount_path: str = defaults.MPI_SSH_AUTH_MOUNT_PATH
+    launcher_start: LauncherStart = LauncherStart(defaults.MPI_LAUNCHER_START)
+
+    @property
+    def replicas(self) -> Mapping[str, ReplicaSpec]:
+        return {"launcher": self.launcher, "worker": self.worker}
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    scheduler_name: str | None = None
+    gang: bool = defaults.GANG
+    queue: str | None = None
+    priority_class_name: str | None = None
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    restart_scope: RestartScope
+    backoff_limit: int = defaults.BACKOFF_LIMIT
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    clean_pod_policy: CleanPodPolicy = CleanPodPolicy(defaults.CLEAN_POD_POLICY)
+    suspend: bool = defaults.SUSPEND
+    scheduling: Scheduling = field(default_factory=Scheduling)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    framework: Framework
+    tensorflow: TensorFlowSpec | None
+    mpi: MPISpec | None
+    run_policy: RunPolicy
+
+    @property
+    def replicas(self) -> Mapping[str, ReplicaSpec]:
+        """Every replica type of the job with its spec, in a stable order."""
+        if self.tensorflow is not None:
+            return self.tensorflow.replicas
+        assert self.mpi is not None
+        return self.mpi.replicas
+
+    @property
+    def num_workers(self) -> int:
+        worker = self.replicas.get("worker")
+        return worker.replicas if worker else 0
+
+    @property
+    def total_pods(self) -> int:
+        return sum(r.replicas for r in self.replicas.values())
+
+
+class SpecError(ValueError):
+    """A spec the operator can't run; `field` names the offending field for the user."""
+
+    def __init__(self, field_path: str, message: str) -> None:
+        super().__init__(f"{field_path}: {message}")
+        self.field = field_path
+
+
+def parse_replica(raw: Mapping[str, Any] | None) -> ReplicaSpec | None:
+    if raw is None:
+        return None
+    return ReplicaSpec(
+        replicas=int(raw.get("replicas", defaults.REPLICAS)),
+        restart_policy=RestartPolicy(raw.get("restartPolicy", defaults.REPLICA_RESTART_POLICY)),
+        template=raw.get("template") or {},
+    )
+
+
+def default_restart_scope(spec: Mapping[str, Any]) -> RestartScope:
+    """Synchronous training (all-reduce, MPI) can't lose one member: restart the whole job.
+    With parameter servers a lost worker rejoins on its own, so restart just that pod."""
+    tf = spec.get("tensorflow")
+    if tf is not None and int((tf.get("ps") or {}).get("replicas", 0) or 0) > 0:
+        return RestartScope.POD
+    return RestartScope.JOB
+
+
+def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
+    tf_raw, mpi_raw = spec.get("tensorflow"), spec.get("mpi")
+    if (tf_raw is None) == (mpi_raw is None):
+        raise SpecError("spec", "exactly one of spec.tensorflow or spec.mpi must be set")
+    run_raw = spec.get("runPolicy") or {}
+    sched_raw = run_raw.get("scheduling") or {}
+    run_policy = RunPolicy(
+        restart_scope=RestartScope(run_raw.get("restartScope") or default_restart_scope(spec)),
+        backoff_limit=int(run_raw.get("backoffLimit", defaults.BACKOFF_LIMIT)),
+        active_deadline_seconds=_opt_int(run_raw.get("activeDeadlineSeconds")),
+        ttl_seconds_after_finished=_opt_int(run_raw.get("ttlSecondsAfterFinished")),
+        clean_pod_policy=CleanPodPolicy(run_raw.get("cleanPodPolicy", defaults.CLEAN_POD_POLICY)),
+        suspend=bool(run_raw.get("suspend", defaults.SUSPEND)),
+        scheduling=Scheduling(
+            scheduler_name=sched_raw.get("schedulerName"),
+            gang=bool(sched_raw.get("gang", defaults.GANG)),
+            queue=sched_raw.get("queue"),
+            priority_class_name=sched_raw.get("priorityClassName"),
+        ),
+    )
+    if tf_raw is not None:
+        replicas = {}
+        for rtype in TF_REPLICA_TYPES:
+            replica = parse_replica(tf_raw.get(rtype))
+            if replica is not None and replica.replicas > 0:
+                replicas[rtype] = replica
+        if "chief" not in replicas and "worker" not in replicas:
+            raise SpecError("spec.tensorflow", "needs at least one chief or worker replica")
+        tf = TensorFlowSpec(
+            replicas=replicas,
+            port=int(tf_raw.get("port", defaults.TF_PORT)),
+            success_policy=SuccessPolicy(tf_raw.get("successPolicy", defaults.TF_SUCCESS_POLICY)),
+        )
+        return JobSpec(Framework.TENSORFLOW, tf, None, run_policy)
+
+    assert mpi_raw is not None
+    launcher = parse_replica(mpi_raw.get("launcher"))
+    worker = parse_replica(mpi_raw.get("worker"))
+    if launcher is None:
+        raise SpecError("spec.mpi.launcher", "an MPI job needs a launcher")
+    if worker is None or worker.replicas < 1:
+        raise SpecError("spec.mpi.worker.replicas", "an MPI job needs at least one worker")
+    # The launcher is one pod, whatever `replicas` says (the schema allows only 1).
+    launcher = ReplicaSpec(1, launcher.restart_policy, launcher.template)
+    mpi = MPISpec(
+        launcher=launcher,
+        worker=worker,
+        implementation=MPIImplementation(mpi_raw.get("implementation", defaults.MPI_IMPLEMENTATION)),
+        slots_per_worker=_opt_int(mpi_raw.get("slotsPerWorker")),
+        ssh_auth_mount_path=mpi_raw.get("sshAuthMountPath", defaults.MPI_SSH_AUTH_MOUNT_PATH),
+        launcher_start=LauncherStart(mpi_raw.get("launcherStart", defaults.MPI_LAUNCHER_START)),
+    )
+    return JobSpec(Framework.MPI, None, mpi, run_policy)
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -1,0 +1,29 @@
+"""TF_CONFIG: the cluster every TensorFlow task of a job sees, and its own place in it."""
+
+from __future__ import annotations
+
+import json
+
+from disttrain.naming import pod_fqdn
+from disttrain.spec import TensorFlowSpec
+
+# The evaluator is not a member of the training cluster: TensorFlow's ParameterServerStrategy
+# and MultiWorkerMirroredStrategy build their device sets from `cluster`, and the evaluator
+# (a SidecarEvaluator reading checkpoints) never serves or joins collectives. It gets the
+# cluster of the others plus its own task; the end-to-end tests with real TensorFlow run it so.
+CLUSTER_MEMBER_TYPES = ("chief", "ps", "worker")
+
+
+def cluster_spec(job: str, namespace: str, tf: TensorFlowSpec) -> dict[str, list[str]]:
+    return {
+        rtype: [f"{pod_fqdn(job, namespace, rtype, i)}:{tf.port}" for i in range(replica.replicas)]
+        for rtype, replica in tf.replicas.items()
+        if rtype in CLUSTER_MEMBER_TYPES
+    }
+
+
+def tf_config(cluster: dict[str, list[str]], replica_type: str, index: int) -> str:
+    return json.dumps(
+        {"cluster": cluster, "task": {"type": replica_type, "index": index}, "environment": "cloud"},
+        separators=(",", ":"),
+    )

@@ -1,0 +1,155 @@
+"""Helpers for tests against a real API server: kubectl, a client, waiting, finishing pods."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from kubernetes import client, config
+
+ROOT = Path(__file__).resolve().parent.parent
+CRD_FILE = ROOT / "crds" / "disttrainjobs.disttrain.dev.yaml"
+EXIT_CODE_ANNOTATION = "kwok.disttrain.dev/exit-code"
+T = TypeVar("T")
+
+
+def kubectl_binary() -> str:
+    """The kubectl built with the control plane (same minor version), else the installed one."""
+    built = ROOT / ".cache" / "bin" / "kubectl"
+    return os.environ.get("KUBECTL") or (str(built) if built.exists() else shutil.which("kubectl") or "kubectl")
+
+
+def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition", interval: float = 0.1) -> T:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = check()
+            if last:
+                return last
+        except AssertionError as err:
+            last = err
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+@dataclass
+class Cluster:
+    kubeconfig: Path
+    _api: client.ApiClient | None = field(default=None, repr=False)
+
+    @property
+    def api(self) -> client.ApiClient:
+        if self._api is None:
+            self._api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        return self._api
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([kubectl_binary(), *args], input=input, capture_output=True, text=True,
+                              env=self.env(), timeout=120)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    def apply(self, manifest: dict[str, Any] | str, namespace: str | None = None,
+              check: bool = True) -> subprocess.CompletedProcess[str]:
+        text = manifest if isinstance(manifest, str) else yaml.safe_dump(manifest)
+        args = ["apply", "--server-side", "-f", "-"]
+        if namespace:
+            args += ["-n", namespace]
+        return self.kubectl(*args, input=text, check=check)
+
+    # -- pods ----------------------------------------------------------------------------------
+
+    def pods(self, namespace: str, selector: str = "") -> list[client.V1Pod]:
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def finish_pod(self, namespace: str, name: str, exit_code: int) -> None:
+        """Make a KWOK pod's containers exit with `exit_code` (see hack/kwok/stages.yaml)."""
+        self.core.patch_namespaced_pod(
+            name, namespace, {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: str(exit_code)}}})
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            "disttrain.dev", "v1", namespace, "disttrainjobs", name)
+        return obj
+
+    def job_status(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(self.job(namespace, name).get("status") or {})
+
+    def wait_phase(self, namespace: str, name: str, phase: str, timeout: float = 30) -> dict[str, Any]:
+        return wait_for(lambda: (s := self.job_status(namespace, name)).get("phase") == phase and s,
+                        timeout, f"job {name} phase {phase}")
+
+    def events(self, namespace: str, name: str) -> list[client.CoreV1Event]:
+        return list(self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items)
+
+
+class OperatorProcess:
+    """The operator as users run it: `python -m disttrain run`, in its own process."""
+
+    def __init__(self, cluster: Cluster, log_path: Path, extra_args: tuple[str, ...] = ()) -> None:
+        self.cluster, self.log_path, self.extra_args = cluster, log_path, extra_args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child writes to it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "disttrain", "run", *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT, env=self.cluster.env(), start_new_session=True)
+        log.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as when a node dies under the operator."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def pod_env(pod: client.V1Pod, name: str, container: int = 0) -> str | None:
+    for env in pod.spec.containers[container].env or []:
+        if env.name == name:
+            return str(env.value)
+    return None
+
+
+def tf_config(pod: client.V1Pod) -> dict[str, Any]:
+    value = pod_env(pod, "TF_CONFIG")
+    assert value is not None, f"{pod.metadata.name} has no TF_CONFIG"
+    loaded: dict[str, Any] = json.loads(value)
+    return loaded

@@ -1,0 +1,111 @@
+"""TF_CONFIG, env and pod shape for the TensorFlow half of api.md."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from jobs import container, replica, tf_job
+
+from disttrain.builders import JobRef, PodKey, desired_pod, desired_pod_keys, desired_service, omp_num_threads
+from disttrain.spec import RestartScope, parse_spec
+
+REF = JobRef("mnist", "ml", "uid-1")
+
+
+def env_of(pod: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_ps_job_tf_config() -> None:
+    spec = parse_spec(tf_job(chief=replica(1), ps=replica(2), worker=replica(3), evaluator=replica(1))["spec"])
+    pod = desired_pod(REF, spec, PodKey("worker", 2))
+    config = json.loads(env_of(pod)["TF_CONFIG"])
+    assert config["task"] == {"type": "worker", "index": 2}
+    assert config["environment"] == "cloud"
+    assert config["cluster"] == {
+        "chief": ["mnist-chief-0.mnist.ml.svc:2222"],
+        "ps": ["mnist-ps-0.mnist.ml.svc:2222", "mnist-ps-1.mnist.ml.svc:2222"],
+        "worker": [f"mnist-worker-{i}.mnist.ml.svc:2222" for i in range(3)],
+    }
+    evaluator = json.loads(env_of(desired_pod(REF, spec, PodKey("evaluator", 0)))["TF_CONFIG"])
+    assert evaluator["task"] == {"type": "evaluator", "index": 0}
+    assert "evaluator" not in evaluator["cluster"]
+
+
+def test_pod_identity_and_wiring() -> None:
+    spec = parse_spec(tf_job(worker=replica(4, "ExitCode"))["spec"])
+    pod = desired_pod(REF, spec, PodKey("worker", 3))
+    meta = pod["metadata"]
+    assert meta["name"] == "mnist-worker-3"
+    assert meta["labels"] == {"team": "ml", "disttrain.dev/job-name": "mnist",
+                              "disttrain.dev/replica-type": "worker", "disttrain.dev/replica-index": "3"}
+    assert meta["ownerReferences"][0]["uid"] == "uid-1" and meta["ownerReferences"][0]["controller"]
+    assert pod["spec"]["hostname"] == "mnist-worker-3"
+    assert pod["spec"]["subdomain"] == "mnist"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    env = env_of(pod)
+    assert env["DISTTRAIN_JOB_NAME"] == "mnist"
+    assert env["DISTTRAIN_REPLICA_TYPE"] == "worker"
+    assert env["DISTTRAIN_REPLICA_INDEX"] == "3"
+    assert env["DISTTRAIN_NUM_WORKERS"] == "4"
+    assert "OMP_NUM_THREADS" not in env
+    assert [k.index for k in desired_pod_keys(spec)] == [0, 1, 2, 3]
+
+
+def test_user_env_wins_and_template_is_not_mutated() -> None:
+    job = tf_job(worker=replica(1))
+    job["spec"]["tensorflow"]["worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "OMP_NUM_THREADS", "value": "7"}]
+    spec = parse_spec(job["spec"])
+    pod = desired_pod(REF, spec, PodKey("worker", 0))
+    assert env_of(pod)["OMP_NUM_THREADS"] == "7"
+    assert job["spec"]["tensorflow"]["worker"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "OMP_NUM_THREADS", "value": "7"}]
+
+
+@pytest.mark.parametrize(("cpu", "threads"), [("4", 4), ("2500m", 2), ("500m", 1), ("1.9", 1), (8, 8), (None, None)])
+def test_omp_num_threads_follows_cpu_limit(cpu: str | None, threads: int | None) -> None:
+    assert omp_num_threads(container(cpu=cpu)) == threads
+
+
+def test_gpu_limits_pass_through_and_scheduling_applies() -> None:
+    job = tf_job(worker=replica(2, gpus=4), run_policy={"scheduling": {"schedulerName": "volcano",
+                                                                      "priorityClassName": "high"}})
+    pod = desired_pod(REF, parse_spec(job["spec"]), PodKey("worker", 0))
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert pod["spec"]["schedulerName"] == "volcano"
+    assert pod["spec"]["priorityClassName"] == "high"
+
+
+def test_headless_service_publishes_unready_pods() -> None:
+    svc = desired_service(REF, parse_spec(tf_job(worker=replica(2))["spec"]))
+    assert svc["metadata"]["name"] == "mnist"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {"disttrain.dev/job-name": "mnist"}
+
+
+def test_restart_scope_defaults_by_shape() -> None:
+    assert parse_spec(tf_job(worker=replica(4))["spec"]).run_policy.restart_scope is RestartScope.JOB
+    ps = parse_spec(tf_job(ps=replica(1), worker=replica(2))["spec"])
+    assert ps.run_policy.restart_scope is RestartScope.POD
+    explicit = parse_spec(tf_job(worker=replica(2), run_policy={"restartScope": "Pod"})["spec"])
+    assert explicit.run_policy.restart_scope is RestartScope.POD
+
+
+@given(workers=st.integers(1, 50), ps=st.integers(0, 5), chief=st.integers(0, 1))
+def test_every_task_sees_the_same_cluster(workers: int, ps: int, chief: int) -> None:
+    replicas = {"worker": replica(workers), "ps": replica(ps)}
+    if chief:
+        replicas["chief"] = replica(1)
+    spec = parse_spec(tf_job(**replicas)["spec"])
+    configs = [json.loads(env_of(desired_pod(REF, spec, key))["TF_CONFIG"]) for key in desired_pod_keys(spec)]
+    assert len(configs) == workers + ps + chief
+    assert all(c["cluster"] == configs[0]["cluster"] for c in configs)
+    assert len(configs[0]["cluster"]["worker"]) == workers
+    assert ("ps" in configs[0]["cluster"]) == (ps > 0)
+    tasks = {(c["task"]["type"], c["task"]["index"]) for c in configs}
+    assert len(tasks) == len(configs)

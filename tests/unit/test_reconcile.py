@@ -1,0 +1,209 @@
+"""The lifecycle rules of api.md, on the pure reconcile: pods in, plan out."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from jobs import replica, tf_job
+
+from disttrain.builders import JobRef
+from disttrain.observed import ObservedPod, observe_pod
+from disttrain.reconcile import JobState, Plan, reconcile
+from disttrain.spec import parse_spec
+
+NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
+
+
+def state(job: dict[str, Any], status: dict[str, Any] | None = None) -> JobState:
+    return JobState(JobRef("mnist", "ml", "uid-1"), 1, parse_spec(job["spec"]), status or {})
+
+
+def pod(rtype: str, index: int, phase: str = "Running", *, ready: bool | None = None, exit_code: int | None = None,
+        restarts: int = 0, terminating: bool = False) -> ObservedPod:
+    return ObservedPod(name=f"mnist-{rtype}-{index}", uid=f"uid-{rtype}-{index}", replica_type=rtype, index=index,
+                       phase=phase, ready=phase == "Running" if ready is None else ready, terminating=terminating,
+                       exit_code=exit_code, reason=None, container_restarts=restarts)
+
+
+def step(job: dict[str, Any], pods: list[ObservedPod], status: dict[str, Any] | None = None,
+         now: datetime.datetime = NOW) -> Plan:
+    return reconcile(state(job, status), pods, now)
+
+
+MWMS = tf_job(worker=replica(4, "ExitCode"))
+PS = tf_job(chief=replica(1), ps=replica(2), worker=replica(3, "ExitCode"), evaluator=replica(1))
+
+
+def test_new_job_creates_service_and_all_pods() -> None:
+    plan = step(PS, [])
+    kinds = [o["kind"] for o in plan.create]
+    assert kinds == ["Service"] + ["Pod"] * 7
+    assert plan.status["phase"] == "Pending"
+    assert plan.status["ready"] == "0/7"
+    assert plan.status["startTime"] == "2026-11-22T12:00:00Z"
+    assert plan.status["replicaStatuses"]["ps"] == {"active": 0, "ready": 0, "succeeded": 0, "failed": 0}
+
+
+def test_all_running_moves_to_running_once() -> None:
+    pods = [pod("worker", i) for i in range(4)]
+    first = step(MWMS, pods, {"phase": "Pending", "startTime": "2026-11-22T11:59:00Z"})
+    assert first.status["phase"] == "Running"
+    assert first.status["ready"] == "4/4"
+    assert [e.reason for e in first.events] == ["AllPodsRunning"]
+    assert not first.create
+    again = step(MWMS, pods, first.status, NOW + datetime.timedelta(seconds=5))
+    assert again.status == first.status, "nothing changed: the status must not change either"
+    assert not again.events
+
+
+def test_chief_success_ends_ps_job_and_cleans_running_pods() -> None:
+    pods = [pod("chief", 0, "Succeeded"), pod("ps", 0), pod("ps", 1), pod("worker", 0, "Succeeded"),
+            pod("worker", 1), pod("worker", 2), pod("evaluator", 0)]
+    plan = step(PS, pods, {"phase": "Running", "startTime": "2026-11-22T11:00:00Z"})
+    assert plan.status["phase"] == "Succeeded"
+    assert plan.status["completionTime"] == "2026-11-22T12:00:00Z"
+    deleted = sorted(p.name for p in plan.delete)
+    assert deleted == ["mnist-evaluator-0", "mnist-ps-0", "mnist-ps-1", "mnist-worker-1", "mnist-worker-2"]
+    assert plan.status["replicaStatuses"]["ps"]["active"] == 0
+    conditions = {c["type"]: c["status"] for c in plan.status["conditions"]}
+    assert conditions["Succeeded"] == "True"
+
+
+def test_worker0_decides_without_chief_and_all_workers_policy_waits() -> None:
+    pods = [pod("worker", 0, "Succeeded")] + [pod("worker", i) for i in (1, 2, 3)]
+    assert step(MWMS, pods, {"phase": "Running"}).status["phase"] == "Succeeded"
+    all_workers = tf_job(worker=replica(4))
+    all_workers["spec"]["tensorflow"]["successPolicy"] = "AllWorkers"
+    assert step(all_workers, pods, {"phase": "Running"}).status["phase"] == "Running"
+    done = [pod("worker", i, "Succeeded") for i in range(4)]
+    assert step(all_workers, done, {"phase": "Running"}).status["phase"] == "Succeeded"
+
+
+def test_exit_code_137_restarts_whole_job_for_mwms() -> None:
+    pods = [pod("worker", 0), pod("worker", 1, "Failed", exit_code=137), pod("worker", 2), pod("worker", 3)]
+    plan = step(MWMS, pods, {"phase": "Running"})
+    assert plan.status["phase"] == "Restarting"
+    assert plan.status["restarts"] == 1
+    assert len(plan.delete) == 4
+    assert not plan.create
+    assert plan.events[0].type == "Warning"
+    assert "worker 1 (pod mnist-worker-1) exited with code 137" in plan.status["message"]
+    # While old pods terminate, nothing new starts.
+    terminating = [pod("worker", i, terminating=True) for i in range(4)]
+    waiting = step(MWMS, terminating, plan.status)
+    assert not waiting.create and waiting.status["phase"] == "Restarting"
+    # Once they are gone, the job starts afresh and the count stays.
+    fresh = step(MWMS, [], plan.status)
+    assert len([o for o in fresh.create if o["kind"] == "Pod"]) == 4
+    assert fresh.status["restarts"] == 1
+
+
+def test_exit_code_137_restarts_only_the_pod_with_ps() -> None:
+    pods = [pod("chief", 0), pod("ps", 0), pod("ps", 1), pod("worker", 0), pod("worker", 1, "Failed", exit_code=137),
+            pod("worker", 2), pod("evaluator", 0)]
+    plan = step(PS, pods, {"phase": "Running"})
+    assert [p.name for p in plan.delete] == ["mnist-worker-1"]
+    assert plan.status["restarts"] == 1
+    after = step(PS, [p for p in pods if p.name != "mnist-worker-1"], plan.status)
+    assert [o["metadata"]["name"] for o in after.create if o["kind"] == "Pod"] == ["mnist-worker-1"]
+
+
+def test_exit_code_1_fails_with_a_message_naming_the_replica() -> None:
+    pods = [pod("worker", 0), pod("worker", 1), pod("worker", 2, "Failed", exit_code=1), pod("worker", 3)]
+    plan = step(MWMS, pods, {"phase": "Running"})
+    assert plan.status["phase"] == "Failed"
+    assert plan.status["reason"] == "ReplicaFailed"
+    assert plan.status["message"] == ("worker 2 (pod mnist-worker-2) exited with code 1; restartPolicy ExitCode "
+                                      "does not retry exit codes 1-127")
+    assert len(plan.delete) == 3
+
+
+def test_never_policy_fails_on_any_exit() -> None:
+    job = tf_job(worker=replica(2, "Never"))
+    plan = step(job, [pod("worker", 0), pod("worker", 1, "Failed", exit_code=137)], {"phase": "Running"})
+    assert plan.status["phase"] == "Failed"
+
+
+def test_backoff_limit_exceeded() -> None:
+    job = tf_job(worker=replica(2, "ExitCode"), run_policy={"backoffLimit": 1})
+    pods = [pod("worker", 0), pod("worker", 1, "Failed", exit_code=143)]
+    first = step(job, pods, {"phase": "Running"})
+    assert first.status["phase"] == "Restarting" and first.status["restarts"] == 1
+    second = step(job, pods, {**first.status, "phase": "Running"})
+    assert second.status["phase"] == "Failed"
+    assert second.status["reason"] == "BackoffLimitExceeded"
+    assert "runPolicy.backoffLimit" in second.status["message"]
+
+
+def test_kubelet_restarts_count_toward_backoff_and_never_go_down() -> None:
+    job = tf_job(worker=replica(2, "OnFailure"), run_policy={"backoffLimit": 3})
+    plan = step(job, [pod("worker", 0, restarts=2), pod("worker", 1)], {"phase": "Running"})
+    assert plan.status["phase"] == "Running" and plan.status["restarts"] == 2
+    over = step(job, [pod("worker", 0, restarts=4), pod("worker", 1)], {"phase": "Running"})
+    assert over.status["phase"] == "Failed"
+    assert over.status["restarts"] == 4, "the pods are deleted; their restarts stay counted"
+
+
+def test_pod_deleted_from_running_job_is_a_retryable_failure() -> None:
+    pods = [pod("worker", i) for i in (0, 1, 3)]
+    plan = step(MWMS, pods, {"phase": "Running"})
+    assert plan.status["phase"] == "Restarting"
+    assert plan.status["reason"] == "PodDeleted"
+    assert plan.status["restarts"] == 1
+
+
+def test_deadline_exceeded() -> None:
+    job = tf_job(worker=replica(2), run_policy={"activeDeadlineSeconds": 60})
+    pods = [pod("worker", 0), pod("worker", 1)]
+    early = step(job, pods, {"phase": "Running", "startTime": "2026-11-22T11:59:30Z"})
+    assert early.status["phase"] == "Running"
+    assert early.requeue_after == 30
+    late = step(job, pods, {"phase": "Running", "startTime": "2026-11-22T11:58:00Z"})
+    assert late.status["phase"] == "Failed" and late.status["reason"] == "DeadlineExceeded"
+    assert len(late.delete) == 2
+
+
+def test_ttl_deletes_the_job_after_it_finished() -> None:
+    job = tf_job(worker=replica(1), run_policy={"ttlSecondsAfterFinished": 30})
+    finished = {"phase": "Succeeded", "completionTime": "2026-11-22T11:59:50Z"}
+    waiting = step(job, [], finished)
+    assert not waiting.delete_job and waiting.requeue_after == 20
+    assert step(job, [], finished, NOW + datetime.timedelta(seconds=25)).delete_job
+
+
+def test_suspend_and_resume() -> None:
+    job = tf_job(worker=replica(2), run_policy={"suspend": True})
+    pods = [pod("worker", 0), pod("worker", 1)]
+    suspended = step(job, pods, {"phase": "Running", "startTime": "2026-11-22T10:00:00Z"})
+    assert suspended.status["phase"] == "Suspended"
+    assert len(suspended.delete) == 2
+    assert not step(job, [], suspended.status).create
+    job["spec"]["runPolicy"]["suspend"] = False
+    resumed = step(job, [], suspended.status)
+    assert resumed.status["phase"] == "Pending"
+    assert resumed.status["startTime"] == "2026-11-22T12:00:00Z"
+    assert len([o for o in resumed.create if o["kind"] == "Pod"]) == 2
+    conditions = {c["type"]: c["status"] for c in resumed.status["conditions"]}
+    assert conditions["Suspended"] == "False"
+
+
+def test_cleanup_policies() -> None:
+    pods = [pod("chief", 0, "Succeeded"), pod("ps", 0), pod("ps", 1), pod("worker", 0), pod("worker", 1),
+            pod("worker", 2), pod("evaluator", 0)]
+    for policy, expected in (("None", 0), ("All", 7), ("Running", 6)):
+        job = tf_job(chief=replica(1), ps=replica(2), worker=replica(3), evaluator=replica(1),
+                     run_policy={"cleanPodPolicy": policy})
+        assert len(step(job, pods, {"phase": "Running"}).delete) == expected, policy
+
+
+def test_observe_pod_reads_exit_codes() -> None:
+    raw = {"metadata": {"name": "mnist-worker-1", "uid": "u", "labels": {
+        "disttrain.dev/replica-type": "worker", "disttrain.dev/replica-index": "1"}},
+        "status": {"phase": "Failed", "containerStatuses": [
+            {"name": "a", "restartCount": 0, "state": {"terminated": {"exitCode": 0}}},
+            {"name": "b", "restartCount": 2, "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}}
+    observed = observe_pod(raw)
+    assert (observed.replica_type, observed.index, observed.exit_code) == ("worker", 1, 137)
+    assert observed.reason == "OOMKilled"
+    assert observed.container_restarts == 2
