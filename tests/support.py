@@ -73,10 +73,10 @@ class Cluster:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc
 
-    def apply(self, manifest: dict[str, Any] | str, namespace: str | None = None,
-              check: bool = True) -> subprocess.CompletedProcess[str]:
+    def apply(self, manifest: dict[str, Any] | str, namespace: str | None = None, check: bool = True,
+              server_side: bool = True) -> subprocess.CompletedProcess[str]:
         text = manifest if isinstance(manifest, str) else yaml.safe_dump(manifest)
-        args = ["apply", "--server-side", "-f", "-"]
+        args = ["apply", "--server-side", "-f", "-"] if server_side else ["apply", "-f", "-"]
         if namespace:
             args += ["-n", namespace]
         return self.kubectl(*args, input=text, check=check)

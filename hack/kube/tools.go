@@ -7,4 +7,5 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	_ "k8s.io/kubectl/pkg/cmd"
 )

@@ -1,0 +1,152 @@
+"""Invalid jobs fail at `kubectl apply`, with a message that names the field."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from manifests import mwms_job, ps_job, replica
+from support import Cluster
+
+Job = dict[str, Any]
+
+
+def edit(base: Callable[[], Job], change: Callable[[Job], None]) -> Job:
+    job = copy.deepcopy(base())
+    change(job)
+    return job
+
+
+def tf(job: Job) -> Job:
+    return job["spec"]["tensorflow"]
+
+
+def mpi_job() -> Job:
+    return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob", "metadata": {"name": "hvd"},
+            "spec": {"mpi": {"launcher": replica(1, "Never"), "worker": replica(2, "Never", gpus=2)}}}
+
+
+def container(job: Job, rtype: str = "worker") -> dict[str, Any]:
+    return job["spec"]["tensorflow"][rtype]["template"]["spec"]["containers"][0]
+
+
+INVALID: dict[str, tuple[Job, list[str]]] = {
+    "replicas of the wrong type": (
+        edit(mwms_job, lambda j: tf(j)["worker"].update(replicas="four")),
+        ["spec.tensorflow.worker.replicas"]),
+    "unknown replica type": (
+        edit(mwms_job, lambda j: tf(j).update(master=replica(1))),
+        ["spec.tensorflow.master"]),
+    "two chiefs": (
+        edit(ps_job, lambda j: tf(j)["chief"].update(replicas=2)),
+        ["spec.tensorflow.chief.replicas", "less than or equal to 1"]),
+    "two evaluators": (
+        edit(ps_job, lambda j: tf(j)["evaluator"].update(replicas=2)),
+        ["spec.tensorflow.evaluator.replicas", "less than or equal to 1"]),
+    "no workers and no chief": (
+        edit(ps_job, lambda j: [tf(j).pop(k) for k in ("chief", "worker")]),
+        ["spec.tensorflow", "at least one chief or worker"]),
+    "a typo inside a pod template": (
+        edit(mwms_job, lambda j: container(j).update(imagee="tf")),
+        ["spec.tensorflow.worker.template.spec.containers[0].imagee"]),
+    "a wrong type inside a pod template": (
+        edit(mwms_job, lambda j: container(j).update(ports=[{"containerPort": "http"}])),
+        ["spec.tensorflow.worker.template.spec.containers[0].ports[0].containerPort"]),
+    "a 60-character name": (
+        edit(mwms_job, lambda j: j["metadata"].update(name="a" * 60)),
+        ["metadata.name is too long", "hostname"]),
+    "a name that is no DNS label": (
+        edit(mwms_job, lambda j: j["metadata"].update(name="my.job")),
+        ["metadata.name must be a DNS-1035 label"]),
+    "negative replicas": (
+        edit(mwms_job, lambda j: tf(j)["worker"].update(replicas=-1)),
+        ["spec.tensorflow.worker.replicas", "greater than or equal to 0"]),
+    "an unknown restart policy": (
+        edit(mwms_job, lambda j: tf(j)["worker"].update(restartPolicy="Sometimes")),
+        ["spec.tensorflow.worker.restartPolicy", "Unsupported value"]),
+    "a replica without a template": (
+        edit(mwms_job, lambda j: tf(j)["worker"].pop("template")),
+        ["spec.tensorflow.worker.template", "Required value"]),
+    "both tensorflow and mpi": (
+        edit(mwms_job, lambda j: j["spec"].update(mpi=mpi_job()["spec"]["mpi"])),
+        ["exactly one of spec.tensorflow or spec.mpi"]),
+    "neither tensorflow nor mpi": (
+        edit(mwms_job, lambda j: j["spec"].pop("tensorflow") and j["spec"].update(runPolicy={})),
+        ["exactly one of spec.tensorflow or spec.mpi"]),
+    "a port out of range": (
+        edit(mwms_job, lambda j: tf(j).update(port=70000)),
+        ["spec.tensorflow.port", "less than or equal to 65535"]),
+    "an unknown cleanPodPolicy": (
+        edit(mwms_job, lambda j: j["spec"].update(runPolicy={"cleanPodPolicy": "Some"})),
+        ["spec.runPolicy.cleanPodPolicy", "Unsupported value"]),
+    "a negative backoffLimit": (
+        edit(mwms_job, lambda j: j["spec"].update(runPolicy={"backoffLimit": -1})),
+        ["spec.runPolicy.backoffLimit", "greater than or equal to 0"]),
+    "an unknown successPolicy": (
+        edit(mwms_job, lambda j: tf(j).update(successPolicy="AnyWorker")),
+        ["spec.tensorflow.successPolicy", "Unsupported value"]),
+    "an MPI job without a launcher": (
+        edit(mpi_job, lambda j: j["spec"]["mpi"].pop("launcher")),
+        ["spec.mpi.launcher", "Required value"]),
+    "an MPI job with two launchers": (
+        edit(mpi_job, lambda j: j["spec"]["mpi"]["launcher"].update(replicas=2)),
+        ["spec.mpi.launcher.replicas", "less than or equal to 1"]),
+    "an MPI job with zero workers": (
+        edit(mpi_job, lambda j: j["spec"]["mpi"]["worker"].update(replicas=0)),
+        ["spec.mpi.worker.replicas", "greater than or equal to 1"]),
+    "an unknown MPI implementation": (
+        edit(mpi_job, lambda j: j["spec"]["mpi"].update(implementation="LAM")),
+        ["spec.mpi.implementation", "Unsupported value"]),
+    "slotsPerWorker 0": (
+        edit(mpi_job, lambda j: j["spec"]["mpi"].update(slotsPerWorker=0)),
+        ["spec.mpi.slotsPerWorker", "greater than or equal to 1"]),
+}
+
+
+@pytest.mark.parametrize("server_side", [False, True], ids=["apply", "apply-server-side"])
+@pytest.mark.parametrize("case", list(INVALID))
+def test_invalid_job_is_rejected_by_kubectl_apply(crd: Cluster, namespace: str, case: str, server_side: bool) -> None:
+    manifest, expected = INVALID[case]
+    result = crd.apply(manifest, namespace, check=False, server_side=server_side)
+    assert result.returncode != 0, f"{case}: accepted"
+    for text in expected:
+        assert text in result.stderr, f"{case}: {text!r} not in {result.stderr!r}"
+    assert not crd.kubectl("get", "dtj", "-n", namespace, "-o", "name").stdout
+
+
+def test_replicas_cannot_change_after_creation(crd: Cluster, namespace: str) -> None:
+    job = mwms_job("fixed", workers=2)
+    crd.apply(job, namespace)
+    tf(job)["worker"]["replicas"] = 3
+    result = crd.apply(job, namespace, check=False)
+    assert result.returncode != 0
+    assert "the number of worker replicas can't be changed after the job is created" in result.stderr
+
+
+def test_valid_jobs_are_accepted_with_defaults_filled_in(crd: Cluster, namespace: str) -> None:
+    crd.apply(ps_job("ok"), namespace)
+    stored = crd.job(namespace, "ok")["spec"]
+    assert stored["tensorflow"]["port"] == 2222
+    assert stored["tensorflow"]["successPolicy"] == "ChiefOrWorker0"
+    assert stored["runPolicy"]["backoffLimit"] == 3
+    assert stored["runPolicy"]["cleanPodPolicy"] == "Running"
+    assert "restartScope" not in stored["runPolicy"], "its default depends on the job's shape"
+    crd.apply(mpi_job(), namespace)
+    assert crd.job(namespace, "hvd")["spec"]["mpi"]["launcherStart"] == "WhenWorkersReady"
+
+
+def test_kubectl_explain_teaches_the_api(crd: Cluster) -> None:
+    out = crd.kubectl("explain", "disttrainjob.spec.runPolicy.restartScope").stdout
+    assert "Pod: recreate only the failed pod" in out
+    out = crd.kubectl("explain", "dtj.spec.tensorflow.worker").stdout
+    assert "restartPolicy" in out and "template" in out
+
+
+def test_printer_columns(crd: Cluster, namespace: str) -> None:
+    crd.apply(yaml.safe_dump(ps_job("cols")), namespace)
+    header = crd.kubectl("get", "disttrainjobs", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
+    assert header == ["NAME", "PHASE", "READY", "RESTARTS", "AGE", "FRAMEWORK", "STARTED", "COMPLETED"]
+    assert "cols" in crd.kubectl("get", "disttrain", "-n", namespace).stdout, "category disttrain"
