@@ -5,10 +5,14 @@ VENV := .cache/venv
 PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 BINARIES_STAMP := .cache/bin/.stamp-$(shell cat hack/versions.env hack/kube/go.mod hack/etcd/go.mod | sha1sum | cut -c1-12)
+TF_VENV := .cache/tf-venv
+# Real TensorFlow for the end-to-end TF_CONFIG tests (CPU build; ~600 MB, cached).
+TF_PACKAGES := tensorflow-cpu==2.21.0 tf-keras==2.21.0
+TF_STAMP := $(TF_VENV)/.stamp-$(shell echo "$(TF_PACKAGES)" | sha1sum | cut -c1-12)
 CLUSTER_DIR := .cache/cluster
 PYTEST_ARGS ?=
 
-.PHONY: all test lint unit integration venv binaries cluster-up cluster-down crd demo bench clean
+.PHONY: all test lint unit integration venv tf-venv binaries cluster-up cluster-down crd demo bench clean
 
 all: test
 
@@ -20,6 +24,15 @@ $(VENV_STAMP): pyproject.toml
 	touch $@
 
 venv: $(VENV_STAMP)
+
+$(TF_STAMP):
+	hack/ensure-system.sh
+	rm -rf $(TF_VENV) && $(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/pip install -q --upgrade pip
+	$(TF_VENV)/bin/pip install -q $(TF_PACKAGES)
+	touch $@
+
+tf-venv: $(TF_STAMP)
 
 $(BINARIES_STAMP): hack/versions.env hack/kube/go.mod hack/etcd/go.mod
 	hack/build-binaries.sh
@@ -34,11 +47,11 @@ lint: venv
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv binaries
+integration: venv binaries tf-venv
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 # The README's test command: lint, unit tests, then integration tests on a real control plane.
-test: venv binaries
+test: venv binaries tf-venv
 	$(VENV)/bin/ruff check operator hack tests
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -p no:cacheprovider tests $(PYTEST_ARGS)

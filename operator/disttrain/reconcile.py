@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from disttrain.builders import JobRef, PodKey, desired_pod, desired_pod_keys, desired_service
+from disttrain import mpi
+from disttrain.builders import JobRef, PodKey, desired_pod_keys
+from disttrain.desired import job_pod, supporting_objects
 from disttrain.naming import pod_name
 from disttrain.observed import ObservedPod
 from disttrain.spec import CleanPodPolicy, JobSpec, LauncherStart, RestartPolicy, RestartScope, SuccessPolicy
@@ -53,6 +55,8 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     delete_job: bool = False
     requeue_after: float | None = None  # seconds until a deadline or TTL falls due
+    # Objects to keep current while the job runs (MPI's discover_hosts.sh follows the workers).
+    keep_current: list[dict[str, Any]] = field(default_factory=list)
 
 
 def is_retryable(policy: RestartPolicy, exit_code: int | None) -> bool:
@@ -96,15 +100,21 @@ def pods_to_clean(policy: CleanPodPolicy, pods: Sequence[ObservedPod]) -> list[O
     return []
 
 
-def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime) -> Plan:
-    return _Reconcile(job, pods, now).run()
+def reconcile(
+    job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime, ssh_keys: mpi.SSHKeys | None = None
+) -> Plan:
+    """`ssh_keys`: for an MPI job, the key pair its Secret gets if the Secret must be made."""
+    return _Reconcile(job, pods, now, ssh_keys).run()
 
 
 class _Reconcile:
     """The state of one reconcile while it decides; `run` returns the finished plan."""
 
-    def __init__(self, job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime) -> None:
+    def __init__(
+        self, job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime, ssh_keys: mpi.SSHKeys | None
+    ) -> None:
         self.job, self.spec, self.run_policy = job, job.spec, job.spec.run_policy
+        self.ssh_keys = ssh_keys
         self.pods = list(pods)
         self.live = [p for p in pods if not p.terminating]
         self.now, self.now_s = now, timestamp(now)
@@ -160,6 +170,9 @@ class _Reconcile:
         )
         plan.status.setdefault("phase", Phase.PENDING.value)
         return plan
+
+    def running_workers(self) -> list[int]:
+        return sorted(p.index for p in self.live if p.replica_type == "worker" and p.phase == "Running")
 
     def advance(self) -> None:
         """A job that is neither finished nor suspended: judge its pods, restart or create."""
@@ -218,8 +231,10 @@ class _Reconcile:
             to_create = [k for name, k in wanted.items()
                          if name not in present and _may_start(spec, k, self.live)]
             if to_create:
-                plan.create.append(desired_service(ref, spec))
-                plan.create.extend(desired_pod(ref, spec, k) for k in to_create)
+                plan.create.extend(supporting_objects(ref, spec, self.ssh_keys, self.running_workers()))
+                plan.create.extend(job_pod(ref, spec, k) for k in to_create)
+        if spec.mpi is not None:
+            plan.keep_current.append(mpi.desired_config_map(ref, spec.mpi, self.running_workers()))
 
         if all(name in present for name in wanted) and not terminating:
             plan.status["conditions"] = set_condition(

@@ -7,8 +7,14 @@ from typing import Any
 
 import yaml
 
-from disttrain.builders import JobRef, desired_pod, desired_pod_keys, desired_service
+from disttrain.builders import JobRef, desired_pod_keys
+from disttrain.desired import job_pod, supporting_objects
+from disttrain.mpi import SSHKeys
 from disttrain.spec import parse_spec
+
+# `render` shows where the key goes, never a real key: the operator makes one per job.
+PLACEHOLDER_KEYS = SSHKeys(private="<a private key made for this job by the operator>",
+                           public="ssh-ed25519 <the matching public key>")
 
 
 def render_objects(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -16,7 +22,9 @@ def render_objects(job: dict[str, Any]) -> list[dict[str, Any]]:
     ref = JobRef(name=meta.get("name", "job"), namespace=meta.get("namespace") or "default",
                  uid=meta.get("uid") or "<uid of the DistTrainJob>")
     spec = parse_spec(job.get("spec") or {})
-    return [desired_service(ref, spec), *(desired_pod(ref, spec, key) for key in desired_pod_keys(spec))]
+    workers = range(spec.mpi.worker.replicas) if spec.mpi else ()
+    return [*supporting_objects(ref, spec, PLACEHOLDER_KEYS, list(workers)),
+            *(job_pod(ref, spec, key) for key in desired_pod_keys(spec))]
 
 
 def render(text: str) -> str:

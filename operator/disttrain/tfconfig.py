@@ -7,10 +7,12 @@ import json
 from disttrain.naming import pod_fqdn
 from disttrain.spec import TensorFlowSpec
 
-# The evaluator is not a member of the training cluster: TensorFlow's ParameterServerStrategy
-# and MultiWorkerMirroredStrategy build their device sets from `cluster`, and the evaluator
-# (a SidecarEvaluator reading checkpoints) never serves or joins collectives. It gets the
-# cluster of the others plus its own task; the end-to-end tests with real TensorFlow run it so.
+# The evaluator is not a member of the training cluster: it reads checkpoints and never serves.
+# Measured with TensorFlow 2.21 (tests/integration/test_real_tensorflow.py runs it this way):
+# with the evaluator listed in `cluster`, a ParameterServerStrategy chief hangs connecting to
+# the evaluator's address (no server there; still waiting after 120 s), while
+# MultiWorkerMirroredStrategy tolerates it. Left out, both train and the evaluator still
+# learns its role from `task`.
 CLUSTER_MEMBER_TYPES = ("chief", "ps", "worker")
 
 

@@ -1,0 +1,113 @@
+"""Real TensorFlow accepts the TF_CONFIG the operator writes.
+
+Each pod's TF_CONFIG is read back from the API server; the only change is each `host:port`
+mapped to a free loopback port (there is no kubelet here to run the containers), and real
+TensorFlow 2.21 processes run with it: MultiWorkerMirroredStrategy workers must end with the
+same weights, and a ParameterServerStrategy chief must train through its ps and workers. The
+ps and worker servers never exit (server.join()); when the chief finishes, its pod is marked
+done and the operator must end the job and delete them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from manifests import replica, tf_job
+from support import ROOT, Cluster, tf_config, wait_for
+
+TF_PYTHON = ROOT / ".cache" / "tf-venv" / "bin" / "python"
+TRAIN = ROOT / "tests" / "tensorflow" / "train.py"
+pytestmark = [pytest.mark.tensorflow, pytest.mark.usefixtures("operator")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def loopback_configs(cluster: Cluster, ns: str, job: str, count: int) -> dict[str, dict[str, Any]]:
+    pods = wait_for(lambda: (p := cluster.pods(ns, f"disttrain.dev/job-name={job}")) and len(p) == count and p,
+                    30, f"{count} pods of {job}")
+    configs = {p.metadata.name: tf_config(p) for p in pods}
+    addresses = {a for c in configs.values() for hosts in c["cluster"].values() for a in hosts}
+    loopback = {a: f"127.0.0.1:{free_port()}" for a in sorted(addresses)}
+    for config in configs.values():
+        config["cluster"] = {t: [loopback[a] for a in hosts] for t, hosts in config["cluster"].items()}
+    return configs
+
+
+def start(name: str, config: dict[str, Any], workdir: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "TF_CONFIG": json.dumps(config), "RESULT_FILE": str(workdir / f"{name}.json"),
+           "CHECKPOINT_DIR": str(workdir / "ckpt"), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - the child writes to it
+    return subprocess.Popen([str(TF_PYTHON), str(TRAIN)], env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_exit(procs: dict[str, subprocess.Popen[bytes]], names: list[str], workdir: Path, timeout: float) -> None:
+    for name in names:
+        try:
+            code = procs[name].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code != 0:
+            for p in procs.values():
+                p.kill()
+            logs = "\n".join(f"--- {n}\n{(workdir / f'{n}.log').read_text()[-3000:]}" for n in procs)
+            raise AssertionError(f"{name} exited with {code}\n{logs}")
+
+
+def result(workdir: Path, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((workdir / f"{name}.json").read_text())
+    return data
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tensorflow_installed() -> None:
+    if not TF_PYTHON.exists():
+        pytest.fail(f"{TF_PYTHON} missing: run `make tf-venv` (make test does)")
+
+
+def test_multi_worker_mirrored_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    cluster.apply(tf_job("mwms", worker=replica(2)), namespace)
+    configs = loopback_configs(cluster, namespace, "mwms", 2)
+    procs = {name: start(name, config, tmp_path) for name, config in configs.items()}
+    wait_exit(procs, sorted(procs), tmp_path, timeout=300)
+    w0, w1 = result(tmp_path, "mwms-worker-0"), result(tmp_path, "mwms-worker-1")
+    assert w0["weights"] == w1["weights"], "synchronous training: both workers hold the same model"
+    assert w0["loss"][-1] < w0["loss"][0], "the model learned"
+    for i in range(2):
+        cluster.finish_pod(namespace, f"mwms-worker-{i}", 0)
+    cluster.wait_phase(namespace, "mwms", "Succeeded")
+
+
+def test_parameter_server_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    job = tf_job("pstf", chief=replica(1), ps=replica(1), worker=replica(2), evaluator=replica(1))
+    cluster.apply(job, namespace)
+    configs = loopback_configs(cluster, namespace, "pstf", 5)
+    assert "evaluator" not in configs["pstf-evaluator-0"]["cluster"]
+    assert configs["pstf-evaluator-0"]["task"] == {"type": "evaluator", "index": 0}
+    procs = {name: start(name, config, tmp_path) for name, config in configs.items()}
+    try:
+        wait_exit(procs, ["pstf-chief-0", "pstf-evaluator-0"], tmp_path, timeout=300)
+        for name in ("pstf-ps-0", "pstf-worker-0", "pstf-worker-1"):
+            assert procs[name].poll() is None, f"{name} should still be serving (server.join())"
+    finally:
+        for p in procs.values():
+            p.kill()
+    chief = result(tmp_path, "pstf-chief-0")
+    assert chief["loss"][-1] < chief["loss"][0]
+    evaluator = result(tmp_path, "pstf-evaluator-0")
+    assert evaluator["weights"] == chief["weights"], "the evaluator read the chief's checkpoint"
+    # The chief's pod exits 0; ps and workers never do. The operator ends the job and deletes them.
+    cluster.finish_pod(namespace, "pstf-chief-0", 0)
+    cluster.wait_phase(namespace, "pstf", "Succeeded")
+    wait_for(lambda: [p.metadata.name for p in cluster.pods(namespace, "disttrain.dev/job-name=pstf")
+                      if p.metadata.deletion_timestamp is None] == ["pstf-chief-0"], 30, "ps and workers deleted")
