@@ -37,7 +37,7 @@ def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition
             last = check()
             if last:
                 return last
-        except AssertionError as err:
+        except (AssertionError, client.ApiException) as err:  # not there yet
             last = err
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")

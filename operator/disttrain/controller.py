@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from disttrain import metrics
+from disttrain import metrics, mpi
 from disttrain.builders import JobRef, PodKey
 from disttrain.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from disttrain.kube import Conflict, Invalid, Kube
@@ -48,7 +48,11 @@ class Controller:
         self.kube = kube
         self.queue: WorkQueue[JobKey] = WorkQueue(self.reconcile_key, workers=workers)
         self.expectations: dict[JobKey, Expectations] = {}
-        self.services: set[str] = set()  # uids of jobs whose Service we have made
+        # uids of jobs whose Service (and MPI ConfigMap and Secret) we have made
+        self.supported: set[str] = set()
+        self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
+        self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
+        self.uids: dict[JobKey, str] = {}
         self._creates = asyncio.Semaphore(create_concurrency)
         self._job_lookup: JobLookup = lambda key: None
         self._pod_lookup: PodLookup = lambda key: ()
@@ -68,13 +72,15 @@ class Controller:
     async def reconcile_key(self, key: JobKey) -> float | None:
         body = self._job_lookup(key)
         if body is None:
-            self.expectations.pop(key, None)
-            self.queue.forget(key)
+            self._forget(key)
             return None
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return None
         ref = JobRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+        if self.uids.get(key) not in (None, ref.uid):
+            self._forget(key)  # deleted and made again under the same name
+        self.uids[key] = ref.uid
         status = dict(body.get("status") or {})
         try:
             spec = parse_spec(body.get("spec") or {})
@@ -83,11 +89,26 @@ class Controller:
             return None
         started = time.monotonic()
         job = JobState(ref=ref, generation=int(meta.get("generation") or 0), spec=spec, status=status)
-        plan = reconcile(job, self._observed_pods(key), datetime.datetime.now(datetime.UTC))
+        keys = None
+        if spec.mpi is not None:
+            # Kept while the job lives: its Secret is made once, but a plan that creates pods
+            # always carries the supporting objects (created only if we haven't yet).
+            keys = self.ssh_keys.setdefault(ref.uid, mpi.generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}"))
+        plan = reconcile(job, self._observed_pods(key), datetime.datetime.now(datetime.UTC), keys)
         try:
             return await self._apply(key, ref, spec.framework.value, body, plan)
         finally:
             metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+    def _forget(self, key: JobKey) -> None:
+        """The job is gone: drop everything remembered for it."""
+        self.expectations.pop(key, None)
+        self.queue.forget(key)
+        uid = self.uids.pop(key, None)
+        if uid is not None:
+            self.supported.discard(uid)
+            self.ssh_keys.pop(uid, None)
+            self.written = {k: v for k, v in self.written.items() if k[0] != uid}
 
     def _observed_pods(self, key: JobKey) -> list[ObservedPod]:
         exp = self.expectations.setdefault(key, Expectations())
@@ -123,6 +144,8 @@ class Controller:
         metrics.PODS_DELETED.inc(len(plan.delete))
 
         invalid = await self._create_all(key, ref, framework, plan.create)
+        for obj in plan.keep_current:
+            await self._keep_current(ref, obj)
         for event in plan.events:
             await self._event(ref, event)
             metrics.count_transition(event.reason)
@@ -142,16 +165,15 @@ class Controller:
         message of the first pod the API server found invalid, naming the template it came from."""
         exp = self.expectations.setdefault(key, Expectations())
         pods = [o for o in objects if o["kind"] == "Pod"]
-        for obj in objects:
-            if obj["kind"] == "Pod":
-                continue
-            if obj["kind"] == "Service" and ref.uid in self.services:
-                continue
-            created = await self.kube.create(obj)
-            if obj["kind"] == "Service":
-                self.services.add(ref.uid)
-                if created:
+        supporting = [o for o in objects if o["kind"] != "Pod"]
+        if supporting and ref.uid not in self.supported:
+            for obj in supporting:
+                created = await self.kube.create(obj)
+                if obj["kind"] == "Service" and created:
                     metrics.JOBS_CREATED.inc()
+                if obj["kind"] == "ConfigMap":
+                    self.written[(ref.uid, obj["metadata"]["name"])] = obj["data"] if created else None
+            self.supported.add(ref.uid)
 
         async def create_pod(pod: dict[str, Any]) -> str | None:
             labels = pod["metadata"]["labels"]
@@ -171,6 +193,14 @@ class Controller:
 
         results = await asyncio.gather(*(create_pod(p) for p in pods))
         return next((r for r in results if r is not None), None)
+
+    async def _keep_current(self, ref: JobRef, obj: dict[str, Any]) -> None:
+        """Write `obj` (a ConfigMap) if its data differs from what we last wrote."""
+        memory = (ref.uid, obj["metadata"]["name"])
+        if self.written.get(memory) == obj["data"]:
+            return
+        if await self.kube.replace_config_map_data(obj):
+            self.written[memory] = obj["data"]
 
     async def _fail(self, ref: JobRef, body: Mapping[str, Any] | None, reason: str, message: str) -> None:
         """A job only the operator can see is wrong: phase Failed, the message, a Warning event."""

@@ -68,6 +68,18 @@ class Kube:
             raise
         return True
 
+    async def replace_config_map_data(self, obj: Mapping[str, Any]) -> bool:
+        """Set a ConfigMap's data; False if it doesn't exist (yet)."""
+        meta = obj["metadata"]
+        try:
+            await self.core.patch_namespaced_config_map(meta["name"], meta["namespace"], {"data": obj["data"]},
+                                                        field_manager=FIELD_MANAGER)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete exactly the pod we judged (uid precondition): never a newer one of the same name."""
         body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}

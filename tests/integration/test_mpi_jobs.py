@@ -1,0 +1,92 @@
+"""MPI jobs on the real control plane: hostfile, launcher gating, lifecycle, SSH secrets."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import pytest
+from manifests import mpi_job
+from support import Cluster, OperatorProcess, wait_for
+from test_tensorflow_jobs import pod_names, wait_pods_running
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+
+def test_mpi_job_hostfile_gating_success(cluster: Cluster, namespace: str) -> None:
+    # The workers can't schedule until a node carries pool=late: the launcher must wait.
+    node = cluster.core.list_node().items[-1].metadata.name
+    cluster.apply(mpi_job("hvd", workers=4, gpus=2, worker_node_selector={"pool": f"late-{namespace}"}), namespace)
+    wait_for(lambda: len(pod_names(cluster, namespace, "hvd")) == 4, 30, "4 workers created")
+    hostfile = wait_for(lambda: cluster.core.read_namespaced_config_map("hvd-mpi", namespace).data, 30)["hostfile"]
+    assert hostfile.splitlines() == [f"hvd-worker-{i}.hvd.{namespace}.svc slots=2" for i in range(4)]
+    time.sleep(2)
+    assert "hvd-launcher" not in pod_names(cluster, namespace, "hvd"), "launcher before the workers are Ready"
+    assert cluster.job_status(namespace, "hvd")["phase"] == "Pending"
+
+    cluster.core.patch_node(node, {"metadata": {"labels": {"pool": f"late-{namespace}"}}})
+    try:
+        pods = wait_pods_running(cluster, namespace, "hvd", 5)
+    finally:
+        cluster.core.patch_node(node, {"metadata": {"labels": {"pool": None}}})
+    workers_ready = max(c.last_transition_time for p in pods if "worker" in p.metadata.name
+                        for c in p.status.conditions if c.type == "Ready")
+    launcher = next(p for p in pods if p.metadata.name == "hvd-launcher")
+    assert launcher.metadata.creation_timestamp >= workers_ready.replace(microsecond=0)
+    env = {e.name: e.value for e in launcher.spec.containers[0].env}
+    assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert "resources" not in (launcher.spec.containers[0].to_dict() or {}) or not (
+        launcher.spec.containers[0].resources.limits or {}).get("nvidia.com/gpu")
+    worker = next(p for p in pods if p.metadata.name == "hvd-worker-0")
+    assert worker.spec.containers[0].command == ["/usr/sbin/sshd", "-De"]
+    assert worker.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+    status = cluster.wait_phase(namespace, "hvd", "Running")
+    assert status["ready"] == "5/5"
+    discover = wait_for(lambda: (d := cluster.core.read_namespaced_config_map("hvd-mpi", namespace)
+                                 .data["discover_hosts.sh"]).count("echo") == 4 and d, 30, "discover_hosts.sh")
+    assert f"echo hvd-worker-3.hvd.{namespace}.svc:2" in discover
+
+    cluster.finish_pod(namespace, "hvd-launcher", 0)
+    cluster.wait_phase(namespace, "hvd", "Succeeded")
+    wait_for(lambda: pod_names(cluster, namespace, "hvd") == ["hvd-launcher"], 30, "workers deleted")
+
+
+def test_worker_exit_137_restarts_the_mpi_job(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(mpi_job("hvdr", workers=2, gpus=1), namespace)
+    before = {p.metadata.name: p.metadata.uid for p in wait_pods_running(cluster, namespace, "hvdr", 3)}
+    cluster.wait_phase(namespace, "hvdr", "Running")
+    cluster.finish_pod(namespace, "hvdr-worker-1", 137)
+
+    def restarted() -> bool:
+        pods = {p.metadata.name: p.metadata.uid for p in wait_pods_running(cluster, namespace, "hvdr", 3)}
+        return all(pods[n] != before[n] for n in before)
+    wait_for(restarted, 40, "every pod of the job recreated")
+    status = cluster.wait_phase(namespace, "hvdr", "Running")
+    assert status["restarts"] == 1
+    cluster.finish_pod(namespace, "hvdr-launcher", 0)
+    assert cluster.wait_phase(namespace, "hvdr", "Succeeded")["restarts"] == 1
+
+
+def test_launcher_failure_fails_the_job(cluster: Cluster, namespace: str) -> None:
+    cluster.apply(mpi_job("hvdf", workers=1, gpus=0), namespace)
+    wait_pods_running(cluster, namespace, "hvdf", 2)
+    cluster.finish_pod(namespace, "hvdf-launcher", 2)
+    status = cluster.wait_phase(namespace, "hvdf", "Failed")
+    assert "launcher 0 (pod hvdf-launcher) exited with code 2" in status["message"]
+
+
+def test_ssh_secrets_differ_per_job_and_stay_out_of_logs(cluster: Cluster, namespace: str,
+                                                         operator: OperatorProcess) -> None:
+    for name in ("alpha", "beta"):
+        cluster.apply(mpi_job(name, workers=1, gpus=0), namespace)
+    secrets = {name: wait_for(lambda n=name: cluster.core.read_namespaced_secret(f"{n}-ssh", namespace).data, 30)
+               for name in ("alpha", "beta")}
+    keys = {n: base64.b64decode(s["id_ed25519"]).decode() for n, s in secrets.items()}
+    assert keys["alpha"] != keys["beta"]
+    assert base64.b64decode(secrets["alpha"]["authorized_keys"]) != base64.b64decode(secrets["beta"]["authorized_keys"])
+    wait_pods_running(cluster, namespace, "alpha", 2)
+    log = operator.log()
+    for key in keys.values():
+        body = "".join(key.strip().splitlines()[1:-1])
+        assert body[:40] not in log.replace("\n", "")
+        assert "PRIVATE KEY" not in log
