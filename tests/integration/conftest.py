@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from support import CRD_FILE, ROOT, Cluster, OperatorProcess, wait_for
 
 

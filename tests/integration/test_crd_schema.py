@@ -7,9 +7,8 @@ import json
 import subprocess
 import sys
 
-from support import CRD_FILE, ROOT, Cluster
-
 from disttrain.crd import crd, crd_yaml
+from support import CRD_FILE, ROOT, Cluster
 
 
 def test_committed_pod_template_schema_matches_the_api_server(cluster: Cluster) -> None:

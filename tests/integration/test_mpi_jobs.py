@@ -6,9 +6,10 @@ import base64
 import time
 
 import pytest
+from test_tensorflow_jobs import pod_names, wait_pods_running
+
 from manifests import mpi_job
 from support import Cluster, OperatorProcess, wait_for
-from test_tensorflow_jobs import pod_names, wait_pods_running
 
 pytestmark = pytest.mark.usefixtures("operator")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from manifests import replica, tf_job
 from support import ROOT, Cluster, tf_config, wait_for
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from manifests import mwms_job, ps_job, replica, tf_job
 from support import Cluster, OperatorProcess, tf_config, wait_for
 

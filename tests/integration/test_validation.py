@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from manifests import mwms_job, ps_job, replica
 from support import Cluster
 

@@ -14,9 +14,10 @@ import sys
 import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Keras 3's fit fails under these strategies
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
+import numpy as np
+import tf_keras as keras
+
+import tensorflow as tf
 
 STEPS = 6
 
