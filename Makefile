@@ -59,6 +59,7 @@ test: venv binaries tf-venv
 crd: venv
 	$(PY) hack/gen_podtemplate_schema.py --kubeconfig $(CLUSTER_DIR)/kubeconfig
 	$(PY) -m disttrain crd > crds/disttrainjobs.disttrain.dev.yaml
+	cp crds/disttrainjobs.disttrain.dev.yaml charts/disttrain-operator/crds/
 
 cluster-up: venv binaries
 	$(PY) hack/localcluster.py up --dir $(CLUSTER_DIR)

@@ -1,0 +1,134 @@
+"""The Helm chart: lint, server-side validation of several value sets, install, and proof that
+its RBAC is enough: the operator, run with a kubeconfig that impersonates the chart's
+ServiceAccount, takes a TensorFlow job and an MPI job to Succeeded."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from test_tensorflow_jobs import wait_pods_running
+
+from manifests import mpi_job, mwms_job
+from support import CRD_FILE, ROOT, Cluster, OperatorProcess, wait_for
+
+CHART = ROOT / "charts" / "disttrain-operator"
+HELM = ROOT / ".cache" / "bin" / "helm"
+VALUE_SETS = {
+    "defaults": [],
+    "ha": ["--set", "replicaCount=2"],
+    "namespaced": ["--set", "watchNamespaces={team-a,team-b}"],
+    "no-metrics": ["--set", "metrics.enabled=false", "--set", "serviceAccount.name=custom"],
+}
+
+
+def helm(cluster: Cluster, *args: str) -> str:
+    result = subprocess.run([str(HELM), *args], capture_output=True, text=True, env=cluster.env(), timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_chart_crd_is_the_same_as_crds_folder() -> None:
+    assert (CHART / "crds" / CRD_FILE.name).read_text() == CRD_FILE.read_text(), "run `make crd`"
+
+
+def test_helm_lint(cluster: Cluster) -> None:
+    for args in VALUE_SETS.values():
+        helm(cluster, "lint", "--strict", str(CHART), *args)
+
+
+@pytest.mark.parametrize("values", list(VALUE_SETS))
+def test_rendered_chart_passes_server_side_dry_run(crd: Cluster, values: str) -> None:
+    ns = f"chart-{values}"
+    namespaces = [ns, "team-a", "team-b"] if values == "namespaced" else [ns]
+    for name in namespaces:
+        crd.kubectl("create", "namespace", name, check=False)
+    rendered = helm(crd, "template", "dt", str(CHART), "--namespace", ns, "--kube-version", "1.36.3",
+                    *VALUE_SETS[values])
+    result = crd.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    kinds = {doc["kind"] for doc in yaml.safe_load_all(rendered) if doc}
+    assert {"Deployment", "ServiceAccount"} <= kinds
+    assert "dry run" in result.stdout
+
+
+def test_values_schema_rejects_nonsense(cluster: Cluster) -> None:
+    bad = subprocess.run([str(HELM), "template", "dt", str(CHART), "--set", "replicaCount=0"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "replicaCount" in bad.stderr
+
+
+def impersonating_kubeconfig(cluster: Cluster, tmp: Path, namespace: str, service_account: str) -> Path:
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    config["users"][0]["user"]["as"] = f"system:serviceaccount:{namespace}:{service_account}"
+    path = tmp / "impersonated.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def installed(crd: Cluster, tmp_path: Path) -> Iterator[str]:
+    release_ns = f"dt-{uuid.uuid4().hex[:6]}"
+    helm(crd, "install", "dt", str(CHART), "--namespace", release_ns, "--create-namespace", "--wait=false")
+    yield release_ns
+    helm(crd, "uninstall", "dt", "--namespace", release_ns)
+    crd.kubectl("delete", "namespace", release_ns, "--wait=false")
+
+
+def run_operator_as_chart(cluster: Cluster, tmp: Path, release_ns: str, *args: str) -> OperatorProcess:
+    sa = "dt-disttrain-operator"
+    assert cluster.core.read_namespaced_service_account(sa, release_ns)
+    impersonated = Cluster(kubeconfig=impersonating_kubeconfig(cluster, tmp, release_ns, sa))
+    operator = OperatorProcess(impersonated, tmp / "chart-operator.log", args)
+    operator.start()
+    return operator
+
+
+def test_chart_rbac_runs_tensorflow_and_mpi_jobs(cluster: Cluster, installed: str, namespace: str,
+                                                  tmp_path: Path, operator: OperatorProcess) -> None:
+    operator.stop()  # the session's admin operator must not do the work for us
+    chart_operator = run_operator_as_chart(cluster, tmp_path, installed)
+    try:
+        cluster.apply(mwms_job("rbac-tf", workers=2), namespace)
+        cluster.apply(mpi_job("rbac-mpi", workers=2, gpus=1), namespace)
+        wait_pods_running(cluster, namespace, "rbac-tf", 2)
+        wait_pods_running(cluster, namespace, "rbac-mpi", 3, timeout=60)
+        for i in range(2):
+            cluster.finish_pod(namespace, f"rbac-tf-worker-{i}", 0)
+        cluster.finish_pod(namespace, "rbac-mpi-launcher", 0)
+        cluster.wait_phase(namespace, "rbac-tf", "Succeeded")
+        cluster.wait_phase(namespace, "rbac-mpi", "Succeeded")
+        assert "Forbidden" not in chart_operator.log() and "403" not in chart_operator.log(), chart_operator.log()
+    finally:
+        chart_operator.stop()
+        operator.start()
+
+
+def test_watch_namespaces_leaves_other_namespaces_alone(cluster: Cluster, tmp_path: Path,
+                                                         operator: OperatorProcess) -> None:
+    operator.stop()
+    watched, other = f"w-{uuid.uuid4().hex[:6]}", f"o-{uuid.uuid4().hex[:6]}"
+    release_ns = f"dtn-{uuid.uuid4().hex[:6]}"
+    for ns in (watched, other):
+        cluster.kubectl("create", "namespace", ns)
+    helm(cluster, "install", "dt", str(CHART), "--namespace", release_ns, "--create-namespace",
+         "--set", f"watchNamespaces={{{watched}}}")
+    chart_operator = run_operator_as_chart(cluster, tmp_path, release_ns, "--namespace", watched)
+    try:
+        for ns in (watched, other):
+            wait_for(lambda n=ns: cluster.core.list_namespaced_service_account(n).items, 30)
+            cluster.apply(mwms_job("scoped", workers=1), ns)
+        wait_pods_running(cluster, watched, "scoped", 1)
+        cluster.wait_phase(watched, "scoped", "Running")
+        assert not cluster.pods(other, "disttrain.dev/job-name=scoped")
+        assert not cluster.job_status(other, "scoped")
+        assert "Forbidden" not in chart_operator.log(), chart_operator.log()
+    finally:
+        chart_operator.stop()
+        helm(cluster, "uninstall", "dt", "--namespace", release_ns)
+        for ns in (watched, other, release_ns):
+            cluster.kubectl("delete", "namespace", ns, "--wait=false")
+        operator.start()
