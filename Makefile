@@ -9,10 +9,11 @@ TF_VENV := .cache/tf-venv
 # Real TensorFlow for the end-to-end TF_CONFIG tests (CPU build; ~600 MB, cached).
 TF_PACKAGES := tensorflow-cpu==2.21.0 tf-keras==2.21.0
 TF_STAMP := $(TF_VENV)/.stamp-$(shell echo "$(TF_PACKAGES)" | sha1sum | cut -c1-12)
+HVD_VENV := .cache/hvd-venv
 CLUSTER_DIR := .cache/cluster
 PYTEST_ARGS ?=
 
-.PHONY: all test lint unit integration venv tf-venv binaries cluster-up cluster-down crd demo bench clean
+.PHONY: all test lint unit integration venv tf-venv mpi-e2e binaries cluster-up cluster-down crd demo bench clean
 
 all: test
 
@@ -34,6 +35,12 @@ $(TF_STAMP):
 
 tf-venv: $(TF_STAMP)
 
+# Open MPI 4.1 + sshd from Debian, and mpi4py / TensorFlow 2.15 / Horovod 0.28.1 built against
+# them, for tests/integration/test_real_mpi.py (each script caches its own result).
+mpi-e2e:
+	hack/mpi-e2e/setup-system.sh
+	hack/mpi-e2e/build-hvd-venv.sh $(HVD_VENV)
+
 $(BINARIES_STAMP): hack/versions.env hack/kube/go.mod hack/etcd/go.mod
 	hack/build-binaries.sh
 	touch $@
@@ -47,11 +54,11 @@ lint: venv
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv binaries tf-venv
+integration: venv binaries tf-venv mpi-e2e
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 # The README's test command: lint, unit tests, then integration tests on a real control plane.
-test: venv binaries tf-venv
+test: venv binaries tf-venv mpi-e2e
 	$(VENV)/bin/ruff check operator hack tests
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -p no:cacheprovider tests $(PYTEST_ARGS)

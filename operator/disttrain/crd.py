@@ -149,7 +149,8 @@ def mpi_schema() -> Schema:
                                      default=defaults.MPI_SSH_AUTH_MOUNT_PATH),
             "launcherStart": _enum(
                 "WhenWorkersReady: create the launcher once every worker is Ready. Immediately: create it with "
-                "the workers (mpirun must then retry its connections).",
+                "the workers; mpirun's ssh retries refused connections (ConnectionAttempts=10) but not a worker "
+                "name that does not resolve yet, so the launcher command must wait for its hosts itself.",
                 [s.value for s in LauncherStart], defaults.MPI_LAUNCHER_START),
         },
     }

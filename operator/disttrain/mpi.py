@@ -23,6 +23,10 @@ HOSTFILE = "hostfile"
 DISCOVER_HOSTS = "discover_hosts.sh"
 SSH_KEY = "id_ed25519"
 SSH_CONNECTION_ATTEMPTS = "-o ConnectionAttempts=10"
+# The kubelet makes a Secret volume's directory world-writable (kubernetes/kubernetes#61049),
+# which sshd's StrictModes rejects ("bad ownership or modes for directory /root/.ssh"): the
+# key files themselves are 0600 and the volume is read-only, so the check protects nothing here.
+WORKER_SSHD = ["/usr/sbin/sshd", "-De", "-o", "StrictModes=no"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,7 @@ def launcher_env(mpi: MPISpec) -> dict[str, str]:
             "OMPI_MCA_orte_set_default_slots": str(slots_per_worker(mpi)),
             # ... and Open MPI 5 (PRRTE), which reads its own names.
             "PRTE_MCA_prte_default_hostfile": hostfile_path,
+            "PRTE_MCA_prte_set_default_slots": str(slots_per_worker(mpi)),
             "PRTE_MCA_prte_keep_fqdn_hostnames": "true",
             "PRTE_MCA_plm_ssh_args": SSH_CONNECTION_ATTEMPTS,
         }
@@ -158,7 +163,7 @@ def mpi_pod_additions(job: JobRef, mpi: MPISpec, replica_type: str, pod: Mapping
         c = dict(container)
         c["volumeMounts"] = list(c.get("volumeMounts") or []) + mounts
         if i == 0 and replica_type == "worker" and not c.get("command") and not c.get("args"):
-            c["command"] = ["/usr/sbin/sshd", "-De"]
+            c["command"] = WORKER_SSHD
         containers.append(c)
     spec["containers"] = containers
     spec["volumes"] = volumes

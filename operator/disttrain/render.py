@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from disttrain.builders import JobRef, desired_pod_keys
+from disttrain.constants import KIND
 from disttrain.desired import job_pod, supporting_objects
 from disttrain.mpi import SSHKeys
 from disttrain.spec import parse_spec
@@ -28,6 +29,7 @@ def render_objects(job: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def render(text: str) -> str:
-    docs = [d for d in yaml.safe_load_all(text) if d]
+    # Other documents of the file (a PVC beside the job, say) are the user's own: not shown.
+    docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == KIND]
     objects = [obj for doc in docs for obj in render_objects(doc)]
     return yaml.safe_dump_all(objects, sort_keys=False)

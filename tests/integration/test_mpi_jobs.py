@@ -39,7 +39,7 @@ def test_mpi_job_hostfile_gating_success(cluster: Cluster, namespace: str) -> No
     assert "resources" not in (launcher.spec.containers[0].to_dict() or {}) or not (
         launcher.spec.containers[0].resources.limits or {}).get("nvidia.com/gpu")
     worker = next(p for p in pods if p.metadata.name == "hvd-worker-0")
-    assert worker.spec.containers[0].command == ["/usr/sbin/sshd", "-De"]
+    assert worker.spec.containers[0].command == ["/usr/sbin/sshd", "-De", "-o", "StrictModes=no"]
     assert worker.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
     status = cluster.wait_phase(namespace, "hvd", "Running")
     assert status["ready"] == "5/5"

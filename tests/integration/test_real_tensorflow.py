@@ -18,12 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from manifests import replica, tf_job
 from support import ROOT, Cluster, tf_config, wait_for
 
 TF_PYTHON = ROOT / ".cache" / "tf-venv" / "bin" / "python"
-TRAIN = ROOT / "tests" / "tensorflow" / "train.py"
+# The examples' own scripts: what users run is what is proven here.
+MWMS_SCRIPT = ROOT / "examples" / "multi-worker-mirrored" / "train.py"
+PS_SCRIPT = ROOT / "examples" / "parameter-server" / "train.py"
+TF1_SCRIPT = ROOT / "examples" / "tf1-between-graph" / "train.py"
 pytestmark = [pytest.mark.tensorflow, pytest.mark.usefixtures("operator")]
 
 
@@ -44,12 +48,12 @@ def loopback_configs(cluster: Cluster, ns: str, job: str, count: int) -> dict[st
     return configs
 
 
-def start(name: str, config: dict[str, Any], workdir: Path) -> subprocess.Popen[bytes]:
+def start(name: str, config: dict[str, Any], workdir: Path, script: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "TF_CONFIG": json.dumps(config), "RESULT_FILE": str(workdir / f"{name}.json"),
-           "CHECKPOINT_DIR": str(workdir / "ckpt"), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": "",
-           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+           "CHECKPOINT_DIR": str(workdir / "ckpt"), "TRAIN_STEPS": "10", "TF_CPP_MIN_LOG_LEVEL": "2",
+           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - the child writes to it
-    return subprocess.Popen([str(TF_PYTHON), str(TRAIN)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen([str(TF_PYTHON), str(script)], env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def wait_exit(procs: dict[str, subprocess.Popen[bytes]], names: list[str], workdir: Path, timeout: float) -> None:
@@ -77,9 +81,12 @@ def tensorflow_installed() -> None:
 
 
 def test_multi_worker_mirrored_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
-    cluster.apply(tf_job("mwms", worker=replica(2)), namespace)
+    # The example as users apply it, renamed.
+    job = yaml.safe_load((ROOT / "examples" / "multi-worker-mirrored" / "job.yaml").read_text())
+    job["metadata"]["name"] = "mwms"
+    cluster.apply(job, namespace)
     configs = loopback_configs(cluster, namespace, "mwms", 2)
-    procs = {name: start(name, config, tmp_path) for name, config in configs.items()}
+    procs = {name: start(name, config, tmp_path, MWMS_SCRIPT) for name, config in configs.items()}
     wait_exit(procs, sorted(procs), tmp_path, timeout=300)
     w0, w1 = result(tmp_path, "mwms-worker-0"), result(tmp_path, "mwms-worker-1")
     assert w0["weights"] == w1["weights"], "synchronous training: both workers hold the same model"
@@ -95,7 +102,7 @@ def test_parameter_server_trains_with_our_tf_config(cluster: Cluster, namespace:
     configs = loopback_configs(cluster, namespace, "pstf", 5)
     assert "evaluator" not in configs["pstf-evaluator-0"]["cluster"]
     assert configs["pstf-evaluator-0"]["task"] == {"type": "evaluator", "index": 0}
-    procs = {name: start(name, config, tmp_path) for name, config in configs.items()}
+    procs = {name: start(name, config, tmp_path, PS_SCRIPT) for name, config in configs.items()}
     try:
         wait_exit(procs, ["pstf-chief-0", "pstf-evaluator-0"], tmp_path, timeout=300)
         for name in ("pstf-ps-0", "pstf-worker-0", "pstf-worker-1"):
@@ -112,3 +119,21 @@ def test_parameter_server_trains_with_our_tf_config(cluster: Cluster, namespace:
     cluster.wait_phase(namespace, "pstf", "Succeeded")
     wait_for(lambda: [p.metadata.name for p in cluster.pods(namespace, "disttrain.dev/job-name=pstf")
                       if p.metadata.deletion_timestamp is None] == ["pstf-chief-0"], 30, "ps and workers deleted")
+
+
+def test_tf1_between_graph_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    job = yaml.safe_load((ROOT / "examples" / "tf1-between-graph" / "job.yaml").read_text())
+    job["metadata"]["name"] = "tf1"
+    cluster.apply(job, namespace)
+    configs = loopback_configs(cluster, namespace, "tf1", 3)
+    procs = {name: start(name, config, tmp_path, TF1_SCRIPT) for name, config in configs.items()}
+    try:
+        wait_exit(procs, ["tf1-worker-0", "tf1-worker-1"], tmp_path, timeout=300)
+        assert procs["tf1-ps-0"].poll() is None, "the ps serves until deleted"
+    finally:
+        for p in procs.values():
+            p.kill()
+    losses = result(tmp_path, "tf1-worker-0")["loss"]
+    assert losses and losses[-1] < losses[0]
+    cluster.finish_pod(namespace, "tf1-worker-0", 0)
+    cluster.wait_phase(namespace, "tf1", "Succeeded")

@@ -93,7 +93,7 @@ def test_pods_get_ssh_config_and_sshd() -> None:
                                    {"name": "w", "image": "h", "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}}}})
     worker = job_pod(REF, spec, PodKey("worker", 1))
     assert worker["metadata"]["name"] == "hvd-worker-1"
-    assert worker["spec"]["containers"][0]["command"] == ["/usr/sbin/sshd", "-De"]
+    assert worker["spec"]["containers"][0]["command"] == ["/usr/sbin/sshd", "-De", "-o", "StrictModes=no"]
     assert {"name": "ssh-auth", "mountPath": "/root/.ssh", "readOnly": True} in worker["spec"]["containers"][0][
         "volumeMounts"]
     launcher = job_pod(REF, spec, PodKey("launcher", 0))

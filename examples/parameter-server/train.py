@@ -1,0 +1,75 @@
+"""ParameterServerStrategy with an evaluator: one script for every role, chosen by TF_CONFIG.
+
+  ps, worker -> a tf.distribute.Server that serves until the operator deletes the pod
+                (they never exit: the chief's exit ends the job, cleanPodPolicy removes them)
+  chief      -> the coordinator: model.fit through the ps and workers, writes checkpoints
+  evaluator  -> waits for the chief's checkpoint and evaluates it (it is not in TF_CONFIG's
+                cluster: it serves nothing and trains nothing)
+
+Environment: TRAIN_STEPS (default 200), CHECKPOINT_DIR (shared by chief and evaluator, default
+/tmp/checkpoints), RESULT_FILE (optional, for tests).
+"""
+
+import json
+import os
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Keras 3's fit fails under this strategy (TF 2.21)
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+
+def data() -> tf.data.Dataset:
+    rng = np.random.RandomState(0)
+    x = rng.rand(1024, 8).astype("float32")
+    y = (x @ rng.randn(8, 1).astype("float32") + 0.5).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((x, y))
+
+
+def build_model() -> keras.Model:
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(8,), kernel_initializer="zeros")])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    return model
+
+
+def report(task: str, loss: list, model: keras.Model) -> None:
+    print(json.dumps({"task": task, "final_loss": float(loss[-1])}), flush=True)
+    if os.environ.get("RESULT_FILE"):
+        with open(os.environ["RESULT_FILE"], "w") as f:
+            json.dump({"task": task, "loss": [float(v) for v in loss],
+                       "weights": [w.tolist() for w in model.get_weights()]}, f)
+
+
+def main() -> None:
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    checkpoints = os.environ.get("CHECKPOINT_DIR", "/tmp/checkpoints")
+    task = f"{resolver.task_type}-{resolver.task_id}"
+
+    if resolver.task_type in ("ps", "worker"):
+        server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                      task_index=resolver.task_id, protocol=resolver.rpc_layer or "grpc", start=True)
+        print(f"{task}: serving", flush=True)
+        server.join()
+        return
+
+    if resolver.task_type == "evaluator":
+        while tf.train.latest_checkpoint(checkpoints) is None:
+            time.sleep(1)
+        model = build_model()
+        tf.train.Checkpoint(model=model).restore(tf.train.latest_checkpoint(checkpoints)).expect_partial()
+        report(task, [model.evaluate(data().batch(64), verbose=0)], model)
+        return
+
+    steps = int(os.environ.get("TRAIN_STEPS", "200"))
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    with strategy.scope():
+        model = build_model()
+    history = model.fit(data().shuffle(1024, seed=1).repeat().batch(32), epochs=2,
+                        steps_per_epoch=max(1, steps // 2), verbose=2)
+    tf.train.Checkpoint(model=model).save(os.path.join(checkpoints, "ckpt"))
+    report(task, history.history["loss"], model)
+
+
+if __name__ == "__main__":
+    main()

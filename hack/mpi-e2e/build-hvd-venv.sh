@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The virtualenv the real-MPI tests run their ranks with: TensorFlow (CPU) 2.15, Horovod 0.28.1
+# built from source against Debian's Open MPI (TensorFlow + MPI only), and mpi4py built with
+# Debian's mpicc. Cached: rebuilt only when the versions below (or the Python) change.
+#
+#   hack/mpi-e2e/build-hvd-venv.sh [VENV_DIR]    (default .cache/hvd-venv)
+#
+# Needs hack/mpi-e2e/setup-system.sh first (cmake, g++, libopenmpi-dev). Builds with one job
+# (MAKEFLAGS=-j1) unless MAKEFLAGS is set; prints how long the Horovod build took.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+VENV=${1:-.cache/hvd-venv}
+PYTHON=${HVD_PYTHON:-python3.11}
+TF_PACKAGE=tensorflow-cpu==2.15.1
+HOROVOD_PACKAGE=horovod==0.28.1
+MPI4PY_PACKAGE=mpi4py==4.1.2
+BUILD_TOOLS=("setuptools>=69,<75" wheel)
+HOROVOD_FLAGS=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1
+               HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1)
+
+py_version=$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
+case "$py_version" in
+  3.11.*) ;;
+  *) echo "build-hvd-venv: $PYTHON is Python $py_version; TensorFlow 2.15 + Horovod 0.28.1 need 3.11" >&2; exit 1 ;;
+esac
+key=$(printf '%s\n' "$py_version" "$TF_PACKAGE" "$HOROVOD_PACKAGE" "$MPI4PY_PACKAGE" "${BUILD_TOOLS[@]}" \
+        "${HOROVOD_FLAGS[@]}" "$(mpicc --showme:version 2>&1)" | sha1sum | cut -c1-12)
+stamp="$VENV/.stamp-$key"
+if [ -e "$stamp" ]; then
+  echo "build-hvd-venv: $VENV is up to date ($(cat "$stamp"))"
+  exit 0
+fi
+
+export MAKEFLAGS=${MAKEFLAGS:--j1}
+started=$(date +%s)
+rm -rf "$VENV"
+"$PYTHON" -m venv "$VENV"
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+"${pip[@]}" install --upgrade pip
+"${pip[@]}" install "${BUILD_TOOLS[@]}" "$TF_PACKAGE"
+
+# mpi4py from source so it links Debian's libmpi (not a wheel with another MPI's ABI).
+env MPICC=mpicc "${pip[@]}" install --no-binary mpi4py "$MPI4PY_PACKAGE"
+
+# Horovod's setup.py imports the installed TensorFlow for its compile flags: no build isolation.
+hvd_started=$(date +%s)
+env "${HOROVOD_FLAGS[@]}" "${pip[@]}" install --no-cache-dir --no-build-isolation "$HOROVOD_PACKAGE"
+hvd_seconds=$(( $(date +%s) - hvd_started ))
+
+# Fail here, not in a test, if Horovod came out without TensorFlow or MPI.
+TF_CPP_MIN_LOG_LEVEL=2 "$VENV/bin/python" - <<'EOF'
+import horovod.tensorflow as hvd
+import mpi4py
+import tensorflow as tf
+
+assert hvd.mpi_built(), "Horovod was built without MPI"
+assert not hvd.gloo_built(), "Horovod was built with Gloo"
+print(f"build-hvd-venv: TensorFlow {tf.__version__}, Horovod (MPI) ok, mpi4py {mpi4py.__version__}")
+EOF
+
+total_seconds=$(( $(date +%s) - started ))
+summary="horovod build ${hvd_seconds}s (MAKEFLAGS=$MAKEFLAGS), whole venv ${total_seconds}s"
+echo "build-hvd-venv: $summary"
+echo "$summary" > "$stamp"
