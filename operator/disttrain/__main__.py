@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="watch only this namespace (repeatable); default: the whole cluster")
     run.add_argument("--peering", default=None,
                      help="kopf peering object for several replicas (only one is active); default standalone")
+    run.add_argument("--priority", type=int, default=None,
+                     help="peering priority (highest acts); default: random, so identical replicas never tie")
     run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
     run.add_argument("--health-port", type=int, default=0, help="serve liveness at :PORT/healthz")
     run.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     import logging
+    import secrets
 
     import kopf
     import prometheus_client
@@ -60,7 +63,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port)
     memo = kopf.Memo(workers=args.workers)
+    # kopf pauses *every* operator whose peering priority ties with another's; the replicas of a
+    # Deployment are identical, so each draws its own: the highest acts, the rest stand by and
+    # the next takes over once the active one's peering record expires.
+    priority = args.priority if args.priority is not None else secrets.randbelow(2**31)
     kopf.run(
+        priority=priority,
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         standalone=args.peering is None,

@@ -21,6 +21,7 @@ HELM = ROOT / ".cache" / "bin" / "helm"
 VALUE_SETS = {
     "defaults": [],
     "ha": ["--set", "replicaCount=2"],
+    "ha-namespaced": ["--set", "replicaCount=3", "--set", "watchNamespaces={team-a}"],
     "namespaced": ["--set", "watchNamespaces={team-a,team-b}"],
     "no-metrics": ["--set", "metrics.enabled=false", "--set", "serviceAccount.name=custom"],
 }
@@ -44,7 +45,8 @@ def test_helm_lint(cluster: Cluster) -> None:
 @pytest.mark.parametrize("values", list(VALUE_SETS))
 def test_rendered_chart_passes_server_side_dry_run(crd: Cluster, values: str) -> None:
     ns = f"chart-{values}"
-    namespaces = [ns, "team-a", "team-b"] if values == "namespaced" else [ns]
+    crd.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "kopf-peering.yaml"))
+    namespaces = [ns, "team-a", "team-b"] if "namespaced" in values else [ns]
     for name in namespaces:
         crd.kubectl("create", "namespace", name, check=False)
     rendered = helm(crd, "template", "dt", str(CHART), "--namespace", ns, "--kube-version", "1.36.3",
@@ -52,6 +54,8 @@ def test_rendered_chart_passes_server_side_dry_run(crd: Cluster, values: str) ->
     result = crd.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
     kinds = {doc["kind"] for doc in yaml.safe_load_all(rendered) if doc}
     assert {"Deployment", "ServiceAccount"} <= kinds
+    if values.startswith("ha"):
+        assert kinds & {"ClusterKopfPeering", "KopfPeering"}
     assert "dry run" in result.stdout
 
 
@@ -131,4 +135,28 @@ def test_watch_namespaces_leaves_other_namespaces_alone(cluster: Cluster, tmp_pa
         helm(cluster, "uninstall", "dt", "--namespace", release_ns)
         for ns in (watched, other, release_ns):
             cluster.kubectl("delete", "namespace", ns, "--wait=false")
+        operator.start()
+
+
+def test_two_replicas_with_peering_only_one_acts(cluster: Cluster, namespace: str, tmp_path: Path,
+                                                 operator: OperatorProcess) -> None:
+    operator.stop()
+    cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "kopf-peering.yaml"))
+    wait_for(lambda: cluster.kubectl("apply", "-f", "-", check=False, input=(
+        "apiVersion: kopf.dev/v1\nkind: ClusterKopfPeering\nmetadata: {name: dt-peering-test}\n")).returncode == 0,
+        30, "peering object created")
+    replicas = [OperatorProcess(cluster, tmp_path / f"replica-{i}.log", ("--peering", "dt-peering-test"))
+                for i in range(2)]
+    try:
+        for replica in replicas:
+            replica.start()
+        wait_for(lambda: any("in favour of" in r.log() for r in replicas), 60, "one replica to stand by")
+        cluster.apply(mwms_job("peered", workers=2), namespace)
+        pods = wait_pods_running(cluster, namespace, "peered", 2)
+        assert len({p.metadata.name for p in pods}) == 2
+        cluster.finish_pod(namespace, "peered-worker-0", 0)
+        cluster.wait_phase(namespace, "peered", "Succeeded")
+    finally:
+        for replica in replicas:
+            replica.stop()
         operator.start()
