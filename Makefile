@@ -68,6 +68,10 @@ crd: venv
 	$(PY) -m disttrain crd > crds/disttrainjobs.disttrain.dev.yaml
 	cp crds/disttrainjobs.disttrain.dev.yaml charts/disttrain-operator/crds/
 
+# A job from `kubectl apply` to Succeeded on the local control plane, with real TensorFlow.
+demo: venv binaries tf-venv
+	$(PY) hack/demo.py
+
 cluster-up: venv binaries
 	$(PY) hack/localcluster.py up --dir $(CLUSTER_DIR)
 
