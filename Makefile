@@ -72,6 +72,10 @@ crd: venv
 demo: venv binaries tf-venv
 	$(PY) hack/demo.py
 
+# Operator vs a plain client doing the same API writes; writes bench-results/results.md.
+bench: venv binaries
+	$(PY) hack/bench.py
+
 cluster-up: venv binaries
 	$(PY) hack/localcluster.py up --dir $(CLUSTER_DIR)
 

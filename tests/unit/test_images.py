@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from support import ROOT
 
 DOCKERFILES = sorted((ROOT / "images").glob("*/Dockerfile"))
