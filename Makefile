@@ -48,7 +48,7 @@ $(BINARIES_STAMP): hack/versions.env hack/kube/go.mod hack/etcd/go.mod
 binaries: $(BINARIES_STAMP)
 
 lint: venv
-	$(VENV)/bin/ruff check operator hack tests
+	$(VENV)/bin/ruff check operator hack tests examples
 	$(VENV)/bin/mypy
 
 unit: venv
@@ -59,7 +59,7 @@ integration: venv binaries tf-venv mpi-e2e
 
 # The README's test command: lint, unit tests, then integration tests on a real control plane.
 test: venv binaries tf-venv mpi-e2e
-	$(VENV)/bin/ruff check operator hack tests
+	$(VENV)/bin/ruff check operator hack tests examples
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -p no:cacheprovider tests $(PYTEST_ARGS)
 

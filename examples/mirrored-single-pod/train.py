@@ -9,9 +9,9 @@ import json
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ import json
 import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Keras 3's fit fails under this strategy (TF 2.21)
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
 
 
 def dataset() -> tf.data.Dataset:
