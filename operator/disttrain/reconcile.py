@@ -171,6 +171,21 @@ class _Reconcile:
         plan.status.setdefault("phase", Phase.PENDING.value)
         return plan
 
+    def explain_waiting_launcher(self, present: set[str]) -> None:
+        """An MPI job whose launcher waits for its workers says so in `message` (the count moves
+        only as workers become Ready, so this writes rarely and never flaps)."""
+        spec = self.spec
+        if spec.mpi is None or spec.mpi.launcher_start is not LauncherStart.WHEN_WORKERS_READY:
+            return
+        if pod_name(self.job.ref.name, "launcher", 0) in present or self.phase is not Phase.PENDING:
+            return
+        ready = sum(1 for p in self.live if p.replica_type == "worker" and p.ready and p.phase == "Running")
+        self.plan.status["reason"] = "WaitingForWorkers"
+        self.plan.status["message"] = (
+            f"{ready}/{spec.mpi.worker.replicas} workers Ready; the launcher starts when all are "
+            f"(launcherStart: WhenWorkersReady). Pending workers: kubectl describe pod -l "
+            f"disttrain.dev/job-name={self.job.ref.name},disttrain.dev/replica-type=worker")
+
     def running_workers(self) -> list[int]:
         return sorted(p.index for p in self.live if p.replica_type == "worker" and p.phase == "Running")
 
@@ -240,6 +255,7 @@ class _Reconcile:
             plan.status["conditions"] = set_condition(
                 list(plan.status.get("conditions") or []), "Created", True, "PodsCreated",
                 f"created {len(wanted)} pods", self.now_s)
+        self.explain_waiting_launcher(present)
         running = {p.name for p in self.live if p.phase in ("Running", "Succeeded")}
         if all(name in running for name in wanted):
             if self.phase is not Phase.RUNNING:

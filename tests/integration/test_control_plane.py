@@ -3,7 +3,11 @@ nodes, pod lifecycle to a chosen exit code, and owner-reference garbage collecti
 
 from __future__ import annotations
 
+import os
 import textwrap
+from pathlib import Path
+
+import pytest
 
 from support import Cluster, wait_for
 
@@ -100,3 +104,15 @@ def test_garbage_collection_deletes_children(cluster: Cluster, namespace: str) -
     cluster.core.delete_namespaced_config_map("parent", namespace)
     wait_for(lambda: not [c for c in cluster.core.list_namespaced_config_map(namespace).items
                           if c.metadata.name == "child"], 60, "the child to be collected")
+
+
+def test_cluster_down_leaves_no_process(tmp_path: Path) -> None:
+    from localcluster import LocalCluster
+
+    cluster = LocalCluster(root=tmp_path / "plane", nodes=1).up()
+    pids = list(cluster.processes.values())
+    assert len(pids) == 5  # etcd, apiserver, controller-manager, scheduler, kwok
+    cluster.down()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -8,6 +8,7 @@ from typing import Any
 from jobs import replica, tf_job
 
 from disttrain.builders import JobRef
+from disttrain.mpi import generate_ssh_keys
 from disttrain.observed import ObservedPod, observe_pod
 from disttrain.reconcile import JobState, Plan, reconcile
 from disttrain.spec import parse_spec
@@ -26,9 +27,12 @@ def pod(rtype: str, index: int, phase: str = "Running", *, ready: bool | None = 
                        exit_code=exit_code, reason=None, container_restarts=restarts)
 
 
+KEYS = generate_ssh_keys("test")
+
+
 def step(job: dict[str, Any], pods: list[ObservedPod], status: dict[str, Any] | None = None,
          now: datetime.datetime = NOW) -> Plan:
-    return reconcile(state(job, status), pods, now)
+    return reconcile(state(job, status), pods, now, KEYS)
 
 
 MWMS = tf_job(worker=replica(4, "ExitCode"))
@@ -207,3 +211,16 @@ def test_observe_pod_reads_exit_codes() -> None:
     assert (observed.replica_type, observed.index, observed.exit_code) == ("worker", 1, 137)
     assert observed.reason == "OOMKilled"
     assert observed.container_restarts == 2
+
+
+def test_mpi_launcher_waits_for_ready_workers_and_says_so() -> None:
+    def template() -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "c", "image": "i"}]}}
+    job = {"spec": {"mpi": {"launcher": {"template": template()}, "worker": {"replicas": 2, "template": template()}}}}
+    workers = [pod("worker", 0), pod("worker", 1, "Pending", ready=False)]
+    plan = step(job, workers, {"phase": "Pending"})
+    assert not [o for o in plan.create if o["kind"] == "Pod"]
+    assert plan.status["reason"] == "WaitingForWorkers"
+    assert plan.status["message"].startswith("1/2 workers Ready; the launcher starts when all are")
+    ready = step(job, [pod("worker", 0), pod("worker", 1)], plan.status)
+    assert [o["metadata"]["name"] for o in ready.create if o["kind"] == "Pod"] == ["mnist-launcher"]
