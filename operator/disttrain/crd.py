@@ -187,8 +187,9 @@ def run_policy_schema() -> Schema:
                     "schedulerName": _str("Scheduler for every pod (for example volcano), unless a template "
                                           "names its own."),
                     "gang": {"type": "boolean", "default": defaults.GANG, "description":
-                             "Gang-schedule: a PodGroup with minMember = all pods (Volcano or scheduler-plugins)."},
-                    "queue": _str("Queue of the PodGroup (Volcano)."),
+                             "Gang-schedule: a PodGroup with minMember = all pods (Volcano or scheduler-plugins). "
+                             "Accepted but not acted on yet in this version."},
+                    "queue": _str("Queue of the PodGroup (Volcano). Not acted on yet in this version."),
                     "priorityClassName": _str("PriorityClass for every pod, unless a template names its own."),
                 },
             },

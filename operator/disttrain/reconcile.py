@@ -267,7 +267,13 @@ class _Reconcile:
 
 def _may_start(spec: JobSpec, key: PodKey, live: Sequence[ObservedPod]) -> bool:
     """MPI's launcher waits for every worker to be Ready unless told to start immediately:
-    mpirun fails at once if a worker's sshd isn't listening yet."""
+    mpirun fails at once if a worker's sshd isn't listening yet.
+
+    With gang scheduling (runPolicy.scheduling.gang, not acted on yet) this must not deadlock:
+    a PodGroup whose minMember counts the launcher would hold the workers until the launcher
+    exists, while the launcher waits for Ready workers. So the gang is the pods created
+    together: minMember = workers (+ the launcher only with launcherStart: Immediately); the
+    launcher, created later, joins the already-admitted group as one more member."""
     if spec.mpi is None or key.replica_type != "launcher":
         return True
     if spec.mpi.launcher_start is LauncherStart.IMMEDIATELY:
