@@ -60,15 +60,21 @@ async def wait_pods(core: Any, ns: str, count: int) -> float:
     raise TimeoutError(f"only {len(seen)}/{count} pods in {ns}")
 
 
+async def fresh_namespace(core: Any, prefix: str, pods: int) -> tuple[str, asyncio.Task[float]]:
+    """A new namespace, ready for pods, and a task that returns when `pods` pods exist in it."""
+    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    await core.create_namespace({"metadata": {"name": ns}})
+    await wait_sa(core, ns)
+    waiter = asyncio.create_task(wait_pods(core, ns, pods))
+    await asyncio.sleep(0.2)  # the watch is open before the first write
+    return ns, waiter
+
+
 async def operator_run(api: client.ApiClient, jobs: int) -> float:
     # Plain dicts as bodies, as the operator sends them (see kube.py): the clients are Any.
     core: Any = client.CoreV1Api(api)
     custom: Any = client.CustomObjectsApi(api)
-    ns = f"bench-op-{uuid.uuid4().hex[:6]}"
-    await core.create_namespace({"metadata": {"name": ns}})
-    await wait_sa(core, ns)
-    waiter = asyncio.create_task(wait_pods(core, ns, jobs * 5))
-    await asyncio.sleep(0.2)
+    ns, waiter = await fresh_namespace(core, "bench-op", jobs * 5)
     start = time.monotonic()
     await asyncio.gather(*(custom.create_namespaced_custom_object("disttrain.dev", "v1", ns, "disttrainjobs",
                                                                   job_manifest(f"job-{i}")) for i in range(jobs)))
@@ -81,11 +87,7 @@ async def plain_run(api: client.ApiClient, jobs: int, concurrency: int = 32) -> 
     """The same API writes the operator makes, from a plain client: per job, create the job
     object, its Service and 5 pods, and write its status once."""
     core: Any = client.CoreV1Api(api)
-    ns = f"bench-plain-{uuid.uuid4().hex[:6]}"
-    await core.create_namespace({"metadata": {"name": ns}})
-    await wait_sa(core, ns)
-    waiter = asyncio.create_task(wait_pods(core, ns, jobs * 5))
-    await asyncio.sleep(0.2)
+    ns, waiter = await fresh_namespace(core, "bench-plain", jobs * 5)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:

@@ -48,6 +48,14 @@ def loopback_configs(cluster: Cluster, ns: str, job: str, count: int) -> dict[st
     return configs
 
 
+def apply_example(cluster: Cluster, ns: str, example: str, name: str, pods: int) -> dict[str, dict[str, Any]]:
+    """Apply an example's job.yaml as users do (renamed), and return its pods' loopback TF_CONFIGs."""
+    job = yaml.safe_load((ROOT / "examples" / example / "job.yaml").read_text())
+    job["metadata"]["name"] = name
+    cluster.apply(job, ns)
+    return loopback_configs(cluster, ns, name, pods)
+
+
 def start(name: str, config: dict[str, Any], workdir: Path, script: Path, steps: int = 10) -> subprocess.Popen[bytes]:
     env = {**os.environ, "TF_CONFIG": json.dumps(config), "RESULT_FILE": str(workdir / f"{name}.json"),
            "CHECKPOINT_DIR": str(workdir / "ckpt"), "TRAIN_STEPS": str(steps), "TF_CPP_MIN_LOG_LEVEL": "2",
@@ -81,11 +89,7 @@ def tensorflow_installed() -> None:
 
 
 def test_multi_worker_mirrored_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
-    # The example as users apply it, renamed.
-    job = yaml.safe_load((ROOT / "examples" / "multi-worker-mirrored" / "job.yaml").read_text())
-    job["metadata"]["name"] = "mwms"
-    cluster.apply(job, namespace)
-    configs = loopback_configs(cluster, namespace, "mwms", 2)
+    configs = apply_example(cluster, namespace, "multi-worker-mirrored", "mwms", 2)
     procs = {name: start(name, config, tmp_path, MWMS_SCRIPT) for name, config in configs.items()}
     wait_exit(procs, sorted(procs), tmp_path, timeout=300)
     w0, w1 = result(tmp_path, "mwms-worker-0"), result(tmp_path, "mwms-worker-1")
@@ -123,10 +127,7 @@ def test_parameter_server_trains_with_our_tf_config(cluster: Cluster, namespace:
 
 
 def test_tf1_between_graph_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
-    job = yaml.safe_load((ROOT / "examples" / "tf1-between-graph" / "job.yaml").read_text())
-    job["metadata"]["name"] = "tf1"
-    cluster.apply(job, namespace)
-    configs = loopback_configs(cluster, namespace, "tf1", 3)
+    configs = apply_example(cluster, namespace, "tf1-between-graph", "tf1", 3)
     procs = {name: start(name, config, tmp_path, TF1_SCRIPT) for name, config in configs.items()}
     try:
         wait_exit(procs, ["tf1-worker-0", "tf1-worker-1"], tmp_path, timeout=300)
