@@ -145,12 +145,16 @@ def test_two_replicas_with_peering_only_one_acts(cluster: Cluster, namespace: st
     wait_for(lambda: cluster.kubectl("apply", "-f", "-", check=False, input=(
         "apiVersion: kopf.dev/v1\nkind: ClusterKopfPeering\nmetadata: {name: dt-peering-test}\n")).returncode == 0,
         30, "peering object created")
+    # A CRD just created answers LISTs with 429 "storage is (re)initializing" for a while, and
+    # kopf backs off for up to a minute: start the replicas once its watch cache serves.
+    wait_for(lambda: cluster.kubectl("get", "clusterkopfpeerings", check=False).returncode == 0, 60,
+             "the peering resource listable")
     replicas = [OperatorProcess(cluster, tmp_path / f"replica-{i}.log", ("--peering", "dt-peering-test"))
                 for i in range(2)]
     try:
         for replica in replicas:
             replica.start()
-        wait_for(lambda: any("in favour of" in r.log() for r in replicas), 60, "one replica to stand by")
+        wait_for(lambda: any("in favour of" in r.log() for r in replicas), 120, "one replica to stand by")
         cluster.apply(mwms_job("peered", workers=2), namespace)
         pods = wait_pods_running(cluster, namespace, "peered", 2)
         assert len({p.metadata.name for p in pods}) == 2

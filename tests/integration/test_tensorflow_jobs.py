@@ -208,3 +208,17 @@ def test_operator_restart_mid_job(cluster: Cluster, namespace: str, operator: Op
     assert len(names) == len(set(names)), "no duplicate pods"
     for p in pods:
         assert before[p.metadata.name] == p.metadata.uid, f"{p.metadata.name} was recreated"
+
+
+def test_template_only_the_pod_api_rejects_fails_the_job_naming_the_field(cluster: Cluster, namespace: str) -> None:
+    # The CRD's schema checks types and names of fields; the pod API also checks values
+    # (a container name must be a DNS label). The operator turns that into a Failed job.
+    job = mwms_job("badname", workers=1)
+    job["spec"]["tensorflow"]["worker"]["template"]["spec"]["containers"][0]["name"] = "TF_Main"
+    cluster.apply(job, namespace)
+    status = cluster.wait_phase(namespace, "badname", "Failed")
+    assert status["reason"] == "InvalidPodTemplate"
+    assert status["message"].startswith("spec.tensorflow.worker.template: ")
+    assert "containers[0].name" in status["message"]
+    assert any(e.type == "Warning" and e.reason == "InvalidPodTemplate" for e in cluster.events(namespace, "badname"))
+    assert not pod_names(cluster, namespace, "badname")
