@@ -93,7 +93,9 @@ class Controller:
         if spec.mpi is not None:
             # Kept while the job lives: its Secret is made once, but a plan that creates pods
             # always carries the supporting objects (created only if we haven't yet).
-            keys = self.ssh_keys.setdefault(ref.uid, mpi.generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}"))
+            if ref.uid not in self.ssh_keys:
+                self.ssh_keys[ref.uid] = mpi.generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
+            keys = self.ssh_keys[ref.uid]
         plan = reconcile(job, self._observed_pods(key), datetime.datetime.now(datetime.UTC), keys)
         try:
             return await self._apply(key, ref, spec.framework.value, body, plan)
@@ -150,7 +152,8 @@ class Controller:
             await self._event(ref, event)
             metrics.count_transition(event.reason)
         if invalid is not None:
-            await self._fail(ref, None, "InvalidPodTemplate", invalid)
+            # On top of the status just written, so start time, counts and conditions stay.
+            await self._fail(ref, {"status": plan.status}, "InvalidPodTemplate", invalid)
             return None
         if plan.delete_job:
             log.info("deleting %s/%s: ttlSecondsAfterFinished has passed", ref.namespace, ref.name)
