@@ -110,8 +110,15 @@ def main() -> int:
             if not procs and len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods):
                 print("==> pods Running on KWOK nodes; starting their containers with real TensorFlow")
                 procs = run_pod_containers(pods, workdir)
+            names = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
             for name, proc in list(procs.items()):
-                if proc.poll() is not None:
+                if name not in names:
+                    # The job finished and the operator deleted this pod (cleanPodPolicy: Running):
+                    # the kubelet would now stop its container.
+                    proc.terminate()
+                    print(f"    {name}: pod deleted by the operator after the job finished; container stopped")
+                    del procs[name]
+                elif proc.poll() is not None:
                     sh("kubectl", "annotate", "pod", name, f"{EXIT_CODE_ANNOTATION}={proc.returncode}",
                        "--overwrite", env=env, quiet=True)
                     print(f"    {name}: training process exited with {proc.returncode}; "
