@@ -47,16 +47,24 @@ def job_manifest(name: str) -> dict[str, Any]:
             "spec": {"tensorflow": {"chief": replica(1), "ps": replica(1), "worker": replica(3)}}}
 
 
-async def wait_pods(core: Any, ns: str, count: int) -> float:
-    """Seconds (monotonic clock) when `count` pods exist in `ns`, watching from now."""
+async def wait_pods(core: Any, ns: str, count: int, timeout: float = 600) -> float:
+    """Seconds (monotonic clock) when `count` pods exist in `ns`. A watch can end early (the
+    server closes it, or the client's read times out): then list again and watch on."""
+    deadline = time.monotonic() + timeout
     seen: set[str] = set()
-    w = watch.Watch()
-    async with w.stream(core.list_namespaced_pod, ns, timeout_seconds=600) as stream:
-        async for event in stream:
-            if event["type"] == "ADDED":
-                seen.add(event["object"].metadata.name)
-                if len(seen) >= count:
-                    return time.monotonic()
+    while time.monotonic() < deadline:
+        listed = await core.list_namespaced_pod(ns)
+        seen |= {p.metadata.name for p in listed.items}
+        if len(seen) >= count:
+            return time.monotonic()
+        w = watch.Watch()
+        async with w.stream(core.list_namespaced_pod, ns, resource_version=listed.metadata.resource_version,
+                            timeout_seconds=60) as stream:
+            async for event in stream:
+                if event["type"] == "ADDED":
+                    seen.add(event["object"].metadata.name)
+                    if len(seen) >= count:
+                        return time.monotonic()
     raise TimeoutError(f"only {len(seen)}/{count} pods in {ns}")
 
 
