@@ -164,3 +164,38 @@ def test_two_replicas_with_peering_only_one_acts(cluster: Cluster, namespace: st
         for replica in replicas:
             replica.stop()
         operator.start()
+
+
+def test_health_and_metrics_endpoints(cluster: Cluster, namespace: str, tmp_path: Path,
+                                      operator: OperatorProcess) -> None:
+    """What the chart's probes and ServiceMonitor read: kopf's /healthz and prometheus metrics."""
+    import socket
+    import urllib.request
+
+    def port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    health, metrics = port(), port()
+    operator.stop()
+    served = OperatorProcess(cluster, tmp_path / "served.log", ("--health-port", str(health),
+                                                                "--metrics-port", str(metrics)))
+    served.start()
+    try:
+        def get(url: str) -> str:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as resp:
+                    return str(resp.read().decode())
+            except OSError:  # not listening yet
+                return ""
+        wait_for(lambda: get(f"http://127.0.0.1:{health}/healthz"), 60, "liveness endpoint")
+        cluster.apply(mwms_job("metered", workers=2), namespace)
+        wait_pods_running(cluster, namespace, "metered", 2)
+        text = wait_for(lambda: (t := get(f"http://127.0.0.1:{metrics}/metrics")) and
+                        "disttrain_pods_created_total 2.0" in t and t, 30, "metrics")
+        assert "disttrain_jobs_created_total 1.0" in text
+        assert "disttrain_reconcile_duration_seconds_count" in text
+    finally:
+        served.stop()
+        operator.start()
