@@ -1,6 +1,6 @@
 """`disttrain`: run the operator, print the CRD, or render the objects of a job.
 
-    disttrain run [--namespace NS ...] [--peering NAME] [--metrics-port 8080]
+    disttrain run [--namespace NS ...] [--leader-election] [--metrics-port 8080]
     disttrain crd
     disttrain render job.yaml
 """
@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -19,10 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run the operator")
     run.add_argument("--namespace", "-n", action="append", default=[],
                      help="watch only this namespace (repeatable); default: the whole cluster")
-    run.add_argument("--peering", default=None,
-                     help="kopf peering object for several replicas (only one is active); default standalone")
-    run.add_argument("--priority", type=int, default=None,
-                     help="peering priority (highest acts); default: random, so identical replicas never tie")
+    run.add_argument("--leader-election", action="store_true",
+                     help="run only while holding a Lease, so several replicas can run with one active")
+    run.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
+                     help="namespace of the Lease (default: $POD_NAMESPACE, else default)")
+    run.add_argument("--lease-name", default="disttrain-operator")
+    run.add_argument("--lease-duration", type=int, default=15, help="seconds before a standby takes over")
     run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
     run.add_argument("--health-port", type=int, default=0, help="serve liveness at :PORT/healthz")
     run.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     import logging
     import secrets
+    import socket
 
     import kopf
     import prometheus_client
@@ -62,17 +66,16 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port)
+    if args.leader_election:
+        from disttrain.leader import lead
+
+        identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(3)}"
+        lead(args.leader_election_namespace, args.lease_name, identity, args.lease_duration)
     memo = kopf.Memo(workers=args.workers)
-    # kopf pauses *every* operator whose peering priority ties with another's; the replicas of a
-    # Deployment are identical, so each draws its own: the highest acts, the rest stand by and
-    # the next takes over once the active one's peering record expires.
-    priority = args.priority if args.priority is not None else secrets.randbelow(2**31)
     kopf.run(
-        priority=priority,
         clusterwide=not args.namespace,
         namespaces=args.namespace,
-        standalone=args.peering is None,
-        peering_name=args.peering,
+        standalone=True,  # one active replica is the Lease's job, not kopf peering's
         liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None,
         memo=memo,
     )

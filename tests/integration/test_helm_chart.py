@@ -45,7 +45,6 @@ def test_helm_lint(cluster: Cluster) -> None:
 @pytest.mark.parametrize("values", list(VALUE_SETS))
 def test_rendered_chart_passes_server_side_dry_run(crd: Cluster, values: str) -> None:
     ns = f"chart-{values}"
-    crd.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "kopf-peering.yaml"))
     namespaces = [ns, "team-a", "team-b"] if "namespaced" in values else [ns]
     for name in namespaces:
         crd.kubectl("create", "namespace", name, check=False)
@@ -54,8 +53,8 @@ def test_rendered_chart_passes_server_side_dry_run(crd: Cluster, values: str) ->
     result = crd.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
     kinds = {doc["kind"] for doc in yaml.safe_load_all(rendered) if doc}
     assert {"Deployment", "ServiceAccount"} <= kinds
-    if values.startswith("ha"):
-        assert kinds & {"ClusterKopfPeering", "KopfPeering"}
+    deployment = next(d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "Deployment")
+    assert "--leader-election" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "dry run" in result.stdout
 
 
@@ -94,7 +93,10 @@ def run_operator_as_chart(cluster: Cluster, tmp: Path, release_ns: str, *args: s
 def test_chart_rbac_runs_tensorflow_and_mpi_jobs(cluster: Cluster, installed: str, namespace: str,
                                                   tmp_path: Path, operator: OperatorProcess) -> None:
     operator.stop()  # the session's admin operator must not do the work for us
-    chart_operator = run_operator_as_chart(cluster, tmp_path, installed)
+    # The Deployment's arguments: the Lease in the release's namespace must be within its RBAC too.
+    chart_operator = run_operator_as_chart(cluster, tmp_path, installed, "--leader-election",
+                                           "--leader-election-namespace", installed,
+                                           "--lease-name", "dt-disttrain-operator")
     try:
         cluster.apply(mwms_job("rbac-tf", workers=2), namespace)
         cluster.apply(mpi_job("rbac-mpi", workers=2, gpus=1), namespace)
@@ -106,6 +108,7 @@ def test_chart_rbac_runs_tensorflow_and_mpi_jobs(cluster: Cluster, installed: st
         cluster.wait_phase(namespace, "rbac-tf", "Succeeded")
         cluster.wait_phase(namespace, "rbac-mpi", "Succeeded")
         assert "Forbidden" not in chart_operator.log() and "403" not in chart_operator.log(), chart_operator.log()
+        assert "became the leader" in chart_operator.log()
     finally:
         chart_operator.stop()
         operator.start()
@@ -138,28 +141,30 @@ def test_watch_namespaces_leaves_other_namespaces_alone(cluster: Cluster, tmp_pa
         operator.start()
 
 
-def test_two_replicas_with_peering_only_one_acts(cluster: Cluster, namespace: str, tmp_path: Path,
-                                                 operator: OperatorProcess) -> None:
+def test_two_replicas_elect_one_leader_and_fail_over(cluster: Cluster, namespace: str, tmp_path: Path,
+                                                     operator: OperatorProcess) -> None:
     operator.stop()
-    cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "kopf-peering.yaml"))
-    wait_for(lambda: cluster.kubectl("apply", "-f", "-", check=False, input=(
-        "apiVersion: kopf.dev/v1\nkind: ClusterKopfPeering\nmetadata: {name: dt-peering-test}\n")).returncode == 0,
-        30, "peering object created")
-    # A CRD just created answers LISTs with 429 "storage is (re)initializing" for a while, and
-    # kopf backs off for up to a minute: start the replicas once its watch cache serves.
-    wait_for(lambda: cluster.kubectl("get", "clusterkopfpeerings", check=False).returncode == 0, 60,
-             "the peering resource listable")
-    replicas = [OperatorProcess(cluster, tmp_path / f"replica-{i}.log", ("--peering", "dt-peering-test"))
-                for i in range(2)]
+    lease = f"dt-{namespace}"
+    args = ("--leader-election", "--leader-election-namespace", namespace, "--lease-name", lease,
+            "--lease-duration", "6")
+    replicas = [OperatorProcess(cluster, tmp_path / f"replica-{i}.log", args) for i in range(2)]
     try:
         for replica in replicas:
             replica.start()
-        wait_for(lambda: any("in favour of" in r.log() for r in replicas), 120, "one replica to stand by")
-        cluster.apply(mwms_job("peered", workers=2), namespace)
-        pods = wait_pods_running(cluster, namespace, "peered", 2)
-        assert len({p.metadata.name for p in pods}) == 2
-        cluster.finish_pod(namespace, "peered-worker-0", 0)
-        cluster.wait_phase(namespace, "peered", "Succeeded")
+        wait_for(lambda: sum("became the leader" in r.log() for r in replicas) == 1
+                 and any("standing by" in r.log() for r in replicas), 60, "one leader, one standby")
+        leader = next(r for r in replicas if "became the leader" in r.log())
+        standby = next(r for r in replicas if r is not leader)
+        cluster.apply(mwms_job("elected", workers=2), namespace)
+        wait_pods_running(cluster, namespace, "elected", 2)
+        assert "job-name=elected" not in standby.log()
+        leader.kill()  # no chance to hand over: the standby takes the Lease once it expires
+        wait_for(lambda: "became the leader" in standby.log(), 60, "the standby to take over")
+        cluster.finish_pod(namespace, "elected-worker-0", 0)
+        cluster.wait_phase(namespace, "elected", "Succeeded")
+        holder = cluster.kubectl("get", "lease", lease, "-n", namespace, "-o",
+                                 "jsonpath={.spec.holderIdentity} {.spec.leaseTransitions}").stdout.split()
+        assert holder[1] == "1"
     finally:
         for replica in replicas:
             replica.stop()

@@ -47,9 +47,4 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
-{{- if gt (int .Values.replicaCount) 1 }}
-- apiGroups: [kopf.dev]
-  resources: [kopfpeerings]
-  verbs: [get, list, watch, patch]
-{{- end }}
 {{- end -}}
