@@ -15,7 +15,7 @@ import dataclasses
 import datetime
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from disttrain import metrics, mpi
@@ -30,9 +30,9 @@ from disttrain.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]  # (namespace, name)
-# Lookups into kopf's indexes: the job's body, and its observed pods.
-JobLookup = Callable[[JobKey], Mapping[str, Any] | None]
-PodLookup = Callable[[JobKey], Iterable[ObservedPod]]
+# kopf's indexes: each key maps to the values its objects contributed (one job body; the pods).
+JobIndex = Mapping[JobKey, Iterable[Mapping[str, Any]]]
+PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
 # How long a created pod may stay unseen before we stop assuming it exists.
 CREATE_EXPECTATION_SECONDS = 30.0
 
@@ -54,11 +54,11 @@ class Controller:
         self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
         self.uids: dict[JobKey, str] = {}
         self._creates = asyncio.Semaphore(create_concurrency)
-        self._job_lookup: JobLookup = lambda key: None
-        self._pod_lookup: PodLookup = lambda key: ()
+        self._jobs: JobIndex = {}
+        self._pods: PodIndex = {}
 
-    def bind(self, jobs: JobLookup, pods: PodLookup) -> None:
-        self._job_lookup, self._pod_lookup = jobs, pods
+    def bind(self, jobs: JobIndex, pods: PodIndex) -> None:
+        self._jobs, self._pods = jobs, pods
 
     def start(self) -> None:
         self.queue.start()
@@ -70,7 +70,7 @@ class Controller:
     # ---------------------------------------------------------------------------------------
 
     async def reconcile_key(self, key: JobKey) -> float | None:
-        body = self._job_lookup(key)
+        body = next(iter(self._jobs.get(key, ())), None)
         if body is None:
             self._forget(key)
             return None
@@ -114,7 +114,7 @@ class Controller:
 
     def _observed_pods(self, key: JobKey) -> list[ObservedPod]:
         exp = self.expectations.setdefault(key, Expectations())
-        observed = list(self._pod_lookup(key))
+        observed = list(self._pods.get(key, ()))
         names = {p.name for p in observed}
         exp.deleted &= {p.uid for p in observed}
         pods = [dataclasses.replace(p, terminating=True) if p.uid in exp.deleted else p for p in observed]

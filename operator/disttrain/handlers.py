@@ -5,7 +5,7 @@ our objects (no progress or last-handled annotations), so every API write is the
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -53,14 +53,8 @@ def pods_by_job(namespace: str, labels: Mapping[str, str], body: kopf.Body, **_:
 
 def _queue(memo: kopf.Memo, key: JobKey, jobs: kopf.Index[Any, Any], pods: kopf.Index[Any, Any]) -> None:
     controller: Controller = memo["controller"]
-
-    def job(k: JobKey) -> Mapping[str, Any] | None:
-        return next(iter(jobs.get(k, ())), None)
-
-    def job_pods(k: JobKey) -> Iterable[ObservedPod]:
-        return pods.get(k, ())
-
-    controller.bind(job, job_pods)
+    # kopf hands the indexes to handlers only; the controller reads them when it reconciles.
+    controller.bind(jobs, pods)
     controller.queue.add(key)
 
 
