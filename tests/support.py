@@ -108,6 +108,12 @@ class Cluster:
     def events(self, namespace: str, name: str) -> list[client.CoreV1Event]:
         return list(self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items)
 
+    def wait_event(self, namespace: str, name: str, match: Callable[[client.CoreV1Event], bool],
+                   what: str, timeout: float = 15) -> client.CoreV1Event:
+        """The first event of `name` that `match`es. The operator posts events just after the
+        status write they describe, so a test that has seen the phase must wait for the event."""
+        return wait_for(lambda: next((e for e in self.events(namespace, name) if match(e)), None), timeout, what)
+
 
 class OperatorProcess:
     """The operator as users run it: `python -m disttrain run`, in its own process."""

@@ -50,8 +50,8 @@ def test_mwms_job_runs_to_success(cluster: Cluster, namespace: str) -> None:
     assert status["completionTime"] and status["startTime"]
     cols = get_columns(cluster, namespace, "mwms")
     assert (cols["PHASE"], cols["RESTARTS"]) == ("Succeeded", "0")
-    reasons = [e.reason for e in cluster.events(namespace, "mwms")]
-    assert "AllPodsRunning" in reasons and "JobSucceeded" in reasons
+    for reason in ("AllPodsRunning", "JobSucceeded"):
+        cluster.wait_event(namespace, "mwms", lambda e, r=reason: e.reason == r, f"event {reason}")
 
 
 def test_ps_job_succeeds_and_ps_evaluator_are_deleted(cluster: Cluster, namespace: str) -> None:
@@ -85,7 +85,8 @@ def test_exit_137_restarts_whole_job_then_succeeds(cluster: Cluster, namespace: 
     wait_for(recreated, 30, "every pod recreated (restartScope Job)")
     status = cluster.wait_phase(namespace, "retry", "Running")
     assert status["restarts"] == 1
-    assert any(e.reason == "PodFailed" and e.type == "Warning" for e in cluster.events(namespace, "retry"))
+    cluster.wait_event(namespace, "retry", lambda e: e.reason == "PodFailed" and e.type == "Warning",
+                       "a PodFailed warning")
     cluster.finish_pod(namespace, "retry-worker-0", 0)
     status = cluster.wait_phase(namespace, "retry", "Succeeded")
     assert status["restarts"] == 1
@@ -116,8 +117,8 @@ def test_exit_1_fails_the_job_naming_the_replica(cluster: Cluster, namespace: st
     assert status["reason"] == "ReplicaFailed"
     assert status["message"] == ("worker 1 (pod fatal-worker-1) exited with code 1 (Error); restartPolicy ExitCode "
                                  "does not retry exit codes 1-127")
-    warnings = [e for e in cluster.events(namespace, "fatal") if e.type == "Warning"]
-    assert any("fatal-worker-1" in e.message for e in warnings)
+    cluster.wait_event(namespace, "fatal", lambda e: e.type == "Warning" and "fatal-worker-1" in e.message,
+                       "a warning naming the replica")
     wait_for(lambda: pod_names(cluster, namespace, "fatal") == ["fatal-worker-1"], 30, "running pods cleaned up")
 
 
@@ -220,5 +221,6 @@ def test_template_only_the_pod_api_rejects_fails_the_job_naming_the_field(cluste
     assert status["reason"] == "InvalidPodTemplate"
     assert status["message"].startswith("spec.tensorflow.worker.template: ")
     assert "containers[0].name" in status["message"]
-    assert any(e.type == "Warning" and e.reason == "InvalidPodTemplate" for e in cluster.events(namespace, "badname"))
+    cluster.wait_event(namespace, "badname", lambda e: e.type == "Warning" and e.reason == "InvalidPodTemplate",
+                       "an InvalidPodTemplate warning")
     assert not pod_names(cluster, namespace, "badname")
