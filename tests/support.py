@@ -147,6 +147,20 @@ class OperatorProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def pod_names(cluster: Cluster, ns: str, job: str) -> list[str]:
+    """Names of the job's pods that are not being deleted, sorted."""
+    return sorted(p.metadata.name for p in cluster.pods(ns, f"disttrain.dev/job-name={job}")
+                  if p.metadata.deletion_timestamp is None)
+
+
+def wait_pods_running(cluster: Cluster, ns: str, job: str, count: int, timeout: float = 30) -> list[client.V1Pod]:
+    """The job's `count` pods once every one of them is Running (and none is being deleted)."""
+    def running() -> list[client.V1Pod] | None:
+        pods = [p for p in cluster.pods(ns, f"disttrain.dev/job-name={job}") if p.metadata.deletion_timestamp is None]
+        return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
+    return wait_for(running, timeout, f"{count} running pods of {job}")
+
+
 def pod_env(pod: client.V1Pod, name: str, container: int = 0) -> str | None:
     for env in pod.spec.containers[container].env or []:
         if env.name == name:

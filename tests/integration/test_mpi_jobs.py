@@ -6,10 +6,9 @@ import base64
 import time
 
 import pytest
-from test_tensorflow_jobs import pod_names, wait_pods_running
 
 from manifests import mpi_job
-from support import Cluster, OperatorProcess, wait_for
+from support import Cluster, OperatorProcess, pod_names, wait_for, wait_pods_running
 
 pytestmark = pytest.mark.usefixtures("operator")
 

@@ -7,21 +7,9 @@ import time
 import pytest
 
 from manifests import mwms_job, ps_job, replica, tf_job
-from support import Cluster, OperatorProcess, tf_config, wait_for
+from support import Cluster, OperatorProcess, pod_names, tf_config, wait_for, wait_pods_running
 
 pytestmark = pytest.mark.usefixtures("operator")
-
-
-def pod_names(cluster: Cluster, ns: str, job: str) -> list[str]:
-    return sorted(p.metadata.name for p in cluster.pods(ns, f"disttrain.dev/job-name={job}")
-                  if p.metadata.deletion_timestamp is None)
-
-
-def wait_pods_running(cluster: Cluster, ns: str, job: str, count: int, timeout: float = 30) -> list:
-    def running() -> list | None:
-        pods = [p for p in cluster.pods(ns, f"disttrain.dev/job-name={job}") if p.metadata.deletion_timestamp is None]
-        return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
-    return wait_for(running, timeout, f"{count} running pods of {job}")
 
 
 def get_columns(cluster: Cluster, ns: str, job: str) -> dict[str, str]:
