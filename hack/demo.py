@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
-from localcluster import EXIT_CODE_ANNOTATION, LocalCluster  # noqa: E402
+from localcluster import EXIT_CODE_ANNOTATION, LocalCluster, tf_configs_on_loopback  # noqa: E402
 
 BIN = REPO / ".cache" / "bin"
 TF_PYTHON = REPO / ".cache" / "tf-venv" / "bin" / "python"
@@ -41,25 +40,16 @@ def sh(*args: str, env: dict[str, str], input: str | None = None, quiet: bool = 
     return result.stdout
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_pod_containers(pods: list[dict[str, Any]], workdir: Path) -> dict[str, subprocess.Popen[bytes]]:
     """Start each pod's first container locally: its command, its env, TF_CONFIG on loopback."""
-    configs = {p["metadata"]["name"]: json.loads(next(e["value"] for e in p["spec"]["containers"][0]["env"]
-                                                      if e["name"] == "TF_CONFIG")) for p in pods}
-    addresses = sorted({a for c in configs.values() for hosts in c["cluster"].values() for a in hosts})
-    loopback = {a: f"127.0.0.1:{free_port()}" for a in addresses}
+    configs = tf_configs_on_loopback({
+        p["metadata"]["name"]: json.loads(next(e["value"] for e in p["spec"]["containers"][0]["env"]
+                                               if e["name"] == "TF_CONFIG")) for p in pods})
     procs = {}
     for pod in pods:
         name, container = pod["metadata"]["name"], pod["spec"]["containers"][0]
         env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
-        config = configs[name]
-        config["cluster"] = {t: [loopback[a] for a in hosts] for t, hosts in config["cluster"].items()}
-        env.update(TF_CONFIG=json.dumps(config), CHECKPOINT_DIR=str(workdir / "checkpoints"),
+        env.update(TF_CONFIG=json.dumps(configs[name]), CHECKPOINT_DIR=str(workdir / "checkpoints"),
                    TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PATH=os.environ["PATH"])
         # The image's paths, mapped onto this checkout.
         command = [str(TF_PYTHON) if c == "python" else c.replace("/opt/disttrain/", f"{REPO}/")

@@ -54,6 +54,16 @@ def free_port() -> int:
         return port
 
 
+def tf_configs_on_loopback(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The TF_CONFIGs of a job's pods with each `host:port` mapped to its own free loopback port,
+    the same for every pod: KWOK runs no containers, so tests and the demo run the pods' real
+    TensorFlow processes on this machine, and this is all the pod network they need."""
+    addresses = sorted({a for c in configs.values() for hosts in c["cluster"].values() for a in hosts})
+    loopback = {a: f"127.0.0.1:{free_port()}" for a in addresses}
+    return {name: {**config, "cluster": {t: [loopback[a] for a in hosts] for t, hosts in config["cluster"].items()}}
+            for name, config in configs.items()}
+
+
 # ---------------------------------------------------------------------------------------------
 # PKI: one CA signs the apiserver's serving cert and the admin client cert; EC keys are fast
 # to make, so every cluster gets fresh ones.

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_tensorflow_jobs import wait_pods_running
 
 from manifests import mpi_job, mwms_job
-from support import CRD_FILE, ROOT, Cluster, OperatorProcess, wait_for
+from support import CRD_FILE, ROOT, Cluster, OperatorProcess, wait_for, wait_pods_running
 
 CHART = ROOT / "charts" / "disttrain-operator"
 HELM = ROOT / ".cache" / "bin" / "helm"
@@ -174,15 +173,11 @@ def test_two_replicas_elect_one_leader_and_fail_over(cluster: Cluster, namespace
 def test_health_and_metrics_endpoints(cluster: Cluster, namespace: str, tmp_path: Path,
                                       operator: OperatorProcess) -> None:
     """What the chart's probes and ServiceMonitor read: kopf's /healthz and prometheus metrics."""
-    import socket
     import urllib.request
 
-    def port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
+    from localcluster import free_port
 
-    health, metrics = port(), port()
+    health, metrics = free_port(), free_port()
     operator.stop()
     served = OperatorProcess(cluster, tmp_path / "served.log", ("--health-port", str(health),
                                                                 "--metrics-port", str(metrics)))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster import tf_configs_on_loopback
 from manifests import replica, tf_job
 from support import ROOT, Cluster, tf_config, wait_for
 
@@ -31,21 +31,10 @@ TF1_SCRIPT = ROOT / "examples" / "tf1-between-graph" / "train.py"
 pytestmark = [pytest.mark.tensorflow, pytest.mark.usefixtures("operator")]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def loopback_configs(cluster: Cluster, ns: str, job: str, count: int) -> dict[str, dict[str, Any]]:
     pods = wait_for(lambda: (p := cluster.pods(ns, f"disttrain.dev/job-name={job}")) and len(p) == count and p,
                     30, f"{count} pods of {job}")
-    configs = {p.metadata.name: tf_config(p) for p in pods}
-    addresses = {a for c in configs.values() for hosts in c["cluster"].values() for a in hosts}
-    loopback = {a: f"127.0.0.1:{free_port()}" for a in sorted(addresses)}
-    for config in configs.values():
-        config["cluster"] = {t: [loopback[a] for a in hosts] for t, hosts in config["cluster"].items()}
-    return configs
+    return tf_configs_on_loopback({p.metadata.name: tf_config(p) for p in pods})
 
 
 def apply_example(cluster: Cluster, ns: str, example: str, name: str, pods: int) -> dict[str, dict[str, Any]]:
