@@ -179,7 +179,7 @@ class _Reconcile:
             return
         if pod_name(self.job.ref.name, "launcher", 0) in present or self.phase is not Phase.PENDING:
             return
-        ready = sum(1 for p in self.live if p.replica_type == "worker" and p.ready and p.phase == "Running")
+        ready = len(_ready_workers(self.live))
         self.plan.status["reason"] = "WaitingForWorkers"
         self.plan.status["message"] = (
             f"{ready}/{spec.mpi.worker.replicas} workers Ready; the launcher starts when all are "
@@ -278,8 +278,13 @@ def _may_start(spec: JobSpec, key: PodKey, live: Sequence[ObservedPod]) -> bool:
         return True
     if spec.mpi.launcher_start is LauncherStart.IMMEDIATELY:
         return True
-    ready = {p.index for p in live if p.replica_type == "worker" and p.ready and p.phase == "Running"}
+    ready = _ready_workers(live)
     return all(i in ready for i in range(spec.mpi.worker.replicas))
+
+
+def _ready_workers(live: Sequence[ObservedPod]) -> set[int]:
+    """Indexes of the workers that are Running and Ready: what the MPI launcher waits for."""
+    return {p.index for p in live if p.replica_type == "worker" and p.ready and p.phase == "Running"}
 
 
 def _deadline_passed(plan: Plan, deadline: int | None, now: datetime.datetime) -> bool:
