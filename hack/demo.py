@@ -5,6 +5,9 @@ ServiceAccount, applies examples/multi-worker-mirrored/job.yaml and shows `kubec
 disttrainjobs` until the job finishes. KWOK's nodes run no containers, so this script stands
 in for the kubelet: it runs each pod's command with real TensorFlow (TF_CONFIG exactly as the
 operator wrote it, host names mapped to loopback ports) and reports the real exit code back.
+
+The last screen is the job's wide row and its events; tests/integration/test_demo.py runs this
+script and reads that screen.
 """
 
 from __future__ import annotations
@@ -16,19 +19,23 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client, config
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
-from localcluster import EXIT_CODE_ANNOTATION, LocalCluster, tf_configs_on_loopback  # noqa: E402
+from kwokpods import finish_pod  # noqa: E402
+from localcluster import LocalCluster, tf_configs_on_loopback  # noqa: E402
 
 BIN = REPO / ".cache" / "bin"
 TF_PYTHON = REPO / ".cache" / "tf-venv" / "bin" / "python"
 EXAMPLE = REPO / "examples" / "multi-worker-mirrored" / "job.yaml"
 RELEASE_NS = "disttrain-system"
+JOB_NAME = "mnist-mwms"
 
 
 def sh(*args: str, env: dict[str, str], input: str | None = None, quiet: bool = False) -> str:
@@ -40,94 +47,138 @@ def sh(*args: str, env: dict[str, str], input: str | None = None, quiet: bool = 
     return result.stdout
 
 
-def run_pod_containers(pods: list[dict[str, Any]], workdir: Path) -> dict[str, subprocess.Popen[bytes]]:
-    """Start each pod's first container locally: its command, its env, TF_CONFIG on loopback."""
-    configs = tf_configs_on_loopback({
-        p["metadata"]["name"]: json.loads(next(e["value"] for e in p["spec"]["containers"][0]["env"]
-                                               if e["name"] == "TF_CONFIG")) for p in pods})
-    procs = {}
-    for pod in pods:
-        name, container = pod["metadata"]["name"], pod["spec"]["containers"][0]
-        env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
-        env.update(TF_CONFIG=json.dumps(configs[name]), CHECKPOINT_DIR=str(workdir / "checkpoints"),
-                   TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PATH=os.environ["PATH"])
-        # The image's paths, mapped onto this checkout.
-        command = [str(TF_PYTHON) if c == "python" else c.replace("/opt/disttrain/", f"{REPO}/")
-                   for c in container["command"]]
-        log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - the child writes to it
-        procs[name] = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    return procs
+@dataclass
+class Container:
+    pod: str
+    uid: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class KubeletStandIn:
+    """Runs the containers of a job's pods on this machine, as the kubelet of their KWOK node would.
+
+    The pods of one attempt start together, once all of them are Running (TF_CONFIG's addresses
+    are mapped to loopback ports for the whole job at once). A container whose pod is deleted,
+    or replaced by a newer pod of the same name, is stopped: that is the normal end of a pod the
+    operator cleans up after the job finished, never a failure of the demo."""
+
+    core: Any
+    namespace: str
+    job: str
+    workdir: Path
+    containers: dict[str, Container] = field(default_factory=dict)  # running now, by pod uid
+    started: set[str] = field(default_factory=set)  # uids of every pod whose container ran
+
+    def pods(self) -> list[Any]:
+        return list(self.core.list_namespaced_pod(self.namespace,
+                                                  label_selector=f"disttrain.dev/job-name={self.job}").items)
+
+    def step(self, wanted: int) -> None:
+        pods = self.pods()
+        live = {p.metadata.uid: p for p in pods if p.metadata.deletion_timestamp is None}
+        for uid, container in list(self.containers.items()):
+            if uid not in live:
+                container.process.terminate()
+                print(f"    {container.pod}: pod deleted by the operator; container stopped")
+                del self.containers[uid]
+            elif container.process.poll() is not None:
+                self.report_exit(container)
+                del self.containers[uid]
+        running = [p for p in live.values() if p.status.phase == "Running"]
+        if len(running) == wanted and not self.started & {p.metadata.uid for p in running}:
+            print(f"==> {wanted} pods Running on KWOK nodes; starting their containers with real TensorFlow")
+            self.start(running)
+
+    def report_exit(self, container: Container) -> None:
+        code = container.process.returncode
+        lines = container.log.read_text(errors="replace").strip().splitlines()
+        print(f"    {container.pod}: training process exited with {code}; {lines[-1] if lines else ''}")
+        if not finish_pod(self.core, self.namespace, container.pod, code, container.uid):
+            # The job finished (or restarted) on another pod's exit and the operator deleted this
+            # one first: a kubelet would have nothing left to report either.
+            print(f"    {container.pod}: pod already deleted by the operator; exit not reported")
+
+    def start(self, pods: list[Any]) -> None:
+        """Start each pod's first container: its command, its env, TF_CONFIG on loopback."""
+        configs = tf_configs_on_loopback({p.metadata.name: json.loads(env_of(p)["TF_CONFIG"]) for p in pods})
+        for pod in pods:
+            name, spec = pod.metadata.name, pod.spec.containers[0]
+            env = env_of(pod)
+            env.update(TF_CONFIG=json.dumps(configs[name]), CHECKPOINT_DIR=str(self.workdir / "checkpoints"),
+                       TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", PATH=os.environ["PATH"])
+            # The image's paths, mapped onto this checkout.
+            command = [str(TF_PYTHON) if c == "python" else c.replace("/opt/disttrain/", f"{REPO}/")
+                       for c in spec.command]
+            log = self.workdir / f"{name}.log"
+            with open(log, "wb") as out:
+                process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+            self.containers[pod.metadata.uid] = Container(name, pod.metadata.uid, process, log)
+            self.started.add(pod.metadata.uid)
+
+    def stop(self) -> None:
+        for container in self.containers.values():
+            container.process.kill()
+            container.process.wait()
+        self.containers.clear()
+
+
+def env_of(pod: Any) -> dict[str, str]:
+    return {e.name: e.value for e in pod.spec.containers[0].env or [] if e.value is not None}
+
+
+def impersonating_kubeconfig(kubeconfig: Path, path: Path, service_account: str) -> Path:
+    kc = yaml.safe_load(kubeconfig.read_text())
+    kc["users"][0]["user"]["as"] = service_account
+    path.write_text(yaml.safe_dump(kc))
+    return path
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
+    parser.add_argument("--dir", type=Path, default=REPO / ".cache" / "demo", help="state folder")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for the job to finish")
     args = parser.parse_args()
-    root = REPO / ".cache" / "demo"
+    root = args.dir.resolve()
     cluster = LocalCluster(root=root, nodes=2)
     print("==> starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, KWOK)")
     started = time.monotonic()
     cluster.up()
     print(f"    up in {time.monotonic() - started:.1f}s; export KUBECONFIG={cluster.kubeconfig}")
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    core = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
     operator: subprocess.Popen[bytes] | None = None
-    procs: dict[str, subprocess.Popen[bytes]] = {}
+    workdir = root / "pods"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    kubelet = KubeletStandIn(core, "default", JOB_NAME, workdir)
     try:
         print(f"==> helm install disttrain charts/disttrain-operator -n {RELEASE_NS}")
         sh(str(BIN / "helm"), "install", "disttrain", str(REPO / "charts" / "disttrain-operator"),
            "--namespace", RELEASE_NS, "--create-namespace", env=env, quiet=True)
         sh("kubectl", "get", "crd", "disttrainjobs.disttrain.dev", env=env)
         print("==> running the operator with the chart's ServiceAccount (impersonated: no image registry here)")
-        config = yaml.safe_load(cluster.kubeconfig.read_text())
-        config["users"][0]["user"]["as"] = f"system:serviceaccount:{RELEASE_NS}:disttrain-disttrain-operator"
-        impersonated = root / "operator.kubeconfig"
-        impersonated.write_text(yaml.safe_dump(config))
-        log = open(root / "operator.log", "wb")  # noqa: SIM115 - the child writes to it
-        operator = subprocess.Popen([sys.executable, "-m", "disttrain", "run"], stdout=log, stderr=subprocess.STDOUT,
-                                    env={**env, "KUBECONFIG": str(impersonated)})
-        time.sleep(3)
+        impersonated = impersonating_kubeconfig(
+            cluster.kubeconfig, root / "operator.kubeconfig",
+            f"system:serviceaccount:{RELEASE_NS}:disttrain-disttrain-operator")
+        with open(root / "operator.log", "wb") as log:
+            operator = subprocess.Popen([sys.executable, "-m", "disttrain", "run"], stdout=log,
+                                        stderr=subprocess.STDOUT, env={**env, "KUBECONFIG": str(impersonated)})
         print(f"==> kubectl apply -f {EXAMPLE.relative_to(REPO)}")
         sh("kubectl", "apply", "-f", str(EXAMPLE), env=env)
-
-        workdir = root / "pods"
-        shutil.rmtree(workdir, ignore_errors=True)
-        workdir.mkdir(parents=True)
-        deadline = time.monotonic() + 600
-        phase = ""
-        while phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
-            pods = json.loads(sh("kubectl", "get", "pods", "-l", "disttrain.dev/job-name=mnist-mwms", "-o", "json",
-                                 env=env, quiet=True))["items"]
-            if not procs and len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods):
-                print("==> pods Running on KWOK nodes; starting their containers with real TensorFlow")
-                procs = run_pod_containers(pods, workdir)
-            names = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
-            for name, proc in list(procs.items()):
-                if name not in names:
-                    # The job finished and the operator deleted this pod (cleanPodPolicy: Running):
-                    # the kubelet would now stop its container.
-                    proc.terminate()
-                    print(f"    {name}: pod deleted by the operator after the job finished; container stopped")
-                    del procs[name]
-                elif proc.poll() is not None:
-                    sh("kubectl", "annotate", "pod", name, f"{EXIT_CODE_ANNOTATION}={proc.returncode}",
-                       "--overwrite", env=env, quiet=True)
-                    print(f"    {name}: training process exited with {proc.returncode}; "
-                          f"{(workdir / f'{name}.log').read_text().strip().splitlines()[-1]}")
-                    del procs[name]
-            print(sh("kubectl", "get", "disttrainjobs", env=env, quiet=True).rstrip())
-            phase = json.loads(sh("kubectl", "get", "dtj", "mnist-mwms", "-o", "json", env=env,
-                                  quiet=True)).get("status", {}).get("phase", "")
-            time.sleep(2)
-        print("==> kubectl get disttrainjobs -o wide; kubectl describe (events)")
+        wanted = int(yaml.safe_load(EXAMPLE.read_text())["spec"]["tensorflow"]["worker"]["replicas"])
+        phase = wait_for_end(kubelet, env, wanted, time.monotonic() + args.timeout)
+        print("==> kubectl get disttrainjobs -o wide; kubectl get events (the job's)")
         sh("kubectl", "get", "disttrainjobs", "-o", "wide", env=env)
-        events = sh("kubectl", "get", "events", "--field-selector", "involvedObject.kind=DistTrainJob",
-                    "--sort-by=.lastTimestamp", "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message",
-                    env=env, quiet=True)
-        print(events.rstrip())
+        sh("kubectl", "get", "events", "--field-selector", "involvedObject.kind=DistTrainJob",
+           "--sort-by=.lastTimestamp", "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message", env=env)
+        if phase != "Succeeded":
+            print(f"==> the job ended {phase or 'nowhere'}; pod logs in {workdir}, operator log in {root}")
         return 0 if phase == "Succeeded" else 1
     finally:
-        for proc in procs.values():
-            proc.kill()
+        kubelet.stop()
         if operator is not None:
             operator.terminate()
             operator.wait(timeout=10)
@@ -136,6 +187,18 @@ def main() -> int:
                   f"`python hack/localcluster.py down --dir {root}`")
         else:
             cluster.down()
+
+
+def wait_for_end(kubelet: KubeletStandIn, env: dict[str, str], wanted: int, deadline: float) -> str:
+    """Run the stand-in and show the job until it finishes; its last phase."""
+    phase = ""
+    while phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
+        kubelet.step(wanted)
+        print(sh("kubectl", "get", "disttrainjobs", env=env, quiet=True).rstrip())
+        job = json.loads(sh("kubectl", "get", "dtj", JOB_NAME, "-o", "json", env=env, quiet=True))
+        phase = (job.get("status") or {}).get("phase", "")
+        time.sleep(2)
+    return phase
 
 
 if __name__ == "__main__":

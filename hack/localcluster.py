@@ -27,7 +27,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +42,6 @@ DEFAULT_DIR = REPO / ".cache" / "cluster"
 STAGES = REPO / "hack" / "kwok" / "stages.yaml"
 SERVICE_CIDR = "10.96.0.0/16"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-# A pod finishes with this exit code when it carries this annotation (see hack/kwok/stages.yaml).
-EXIT_CODE_ANNOTATION = "kwok.disttrain.dev/exit-code"
 
 
 def free_port() -> int:
@@ -175,6 +172,8 @@ class LocalCluster:
     nodes: int = 4
     gpus_per_node: int = 8
     processes: dict[str, int] = field(default_factory=dict)
+    # The children this object started, kept so they are reaped (and Python doesn't warn).
+    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     server: str = ""
 
     @property
@@ -219,7 +218,9 @@ class LocalCluster:
         # Stop the clients first and etcd last, so nothing logs a storm of connection errors.
         for name in sorted(pids, key=lambda n: n == "etcd"):
             _stop(pids[name])
-        self.processes = {}
+        for child in self.children.values():
+            child.wait()
+        self.processes, self.children = {}, {}
         shutil.rmtree(state.get("etcd_dir") or "/nonexistent", ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             self.state_file.unlink()
@@ -240,6 +241,7 @@ class LocalCluster:
         )
         log.close()
         self.processes[name] = proc.pid
+        self.children[name] = proc
         self._write_state()
 
     def _start_etcd(self, deadline: float) -> None:
@@ -360,9 +362,10 @@ class LocalCluster:
             with urllib.request.urlopen(req, context=self._ssl_context(), timeout=30) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as err:
-            if allow_missing and err.code == 404:
-                return None
-            raise RuntimeError(f"{method} {path}: {err.code} {err.read().decode(errors='replace')}") from err
+            with err:  # an error response holds its connection until closed
+                if allow_missing and err.code == 404:
+                    return None
+                raise RuntimeError(f"{method} {path}: {err.code} {err.read().decode(errors='replace')}") from err
 
     def _write_state(self) -> None:
         self.state_file.write_text(json.dumps({
@@ -407,16 +410,13 @@ def _wait_http(url: str, deadline: float, what: str, ctx: ssl.SSLContext | None 
             with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
                 if resp.status == 200:
                     return
+        except urllib.error.HTTPError as err:  # up, not ready yet (503); close its connection
+            err.close()
+            last = err
         except (urllib.error.URLError, ConnectionError, OSError) as err:
             last = err
         time.sleep(0.1)
     raise TimeoutError(f"{what} did not become healthy at {url}: {last}")
-
-
-@contextlib.contextmanager
-def running_cluster(root: Path, nodes: int = 4) -> Iterator[LocalCluster]:
-    with LocalCluster(root=root, nodes=nodes) as cluster:
-        yield cluster
 
 
 def main(argv: list[str] | None = None) -> int:
