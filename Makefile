@@ -13,9 +13,12 @@ HVD_VENV := .cache/hvd-venv
 CLUSTER_DIR := .cache/cluster
 PYTEST_ARGS ?=
 
-.PHONY: all test lint unit integration venv tf-venv mpi-e2e binaries cluster-up cluster-down crd demo bench clean
+.PHONY: all help test lint unit integration venv tf-venv mpi-e2e binaries cluster-up cluster-down crd demo bench clean
 
 all: test
+
+help: ## list the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
 
 $(VENV_STAMP): pyproject.toml
 	hack/ensure-system.sh
@@ -24,7 +27,7 @@ $(VENV_STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
-venv: $(VENV_STAMP)
+venv: $(VENV_STAMP) ## the dev virtualenv (.cache/venv)
 
 $(TF_STAMP):
 	hack/ensure-system.sh
@@ -33,11 +36,11 @@ $(TF_STAMP):
 	$(TF_VENV)/bin/pip install -q $(TF_PACKAGES)
 	touch $@
 
-tf-venv: $(TF_STAMP)
+tf-venv: $(TF_STAMP) ## TensorFlow 2.21 for the real-training tests (.cache/tf-venv)
 
 # Open MPI 4.1 + sshd from Debian, and mpi4py / TensorFlow 2.15 / Horovod 0.28.1 built against
 # them, for tests/integration/test_real_mpi.py (each script caches its own result).
-mpi-e2e:
+mpi-e2e: ## Open MPI, sshd and Horovod 0.28.1 for the real-mpirun tests (.cache/hvd-venv)
 	hack/mpi-e2e/setup-system.sh
 	hack/mpi-e2e/build-hvd-venv.sh $(HVD_VENV)
 
@@ -45,42 +48,41 @@ $(BINARIES_STAMP): hack/versions.env hack/kube/go.mod hack/etcd/go.mod
 	hack/build-binaries.sh
 	touch $@
 
-binaries: $(BINARIES_STAMP)
+binaries: $(BINARIES_STAMP) ## the control plane built from the Go module proxy (.cache/bin)
 
-lint: venv
+lint: venv ## ruff, mypy and the import contracts (also run by pre-commit)
 	$(VENV)/bin/ruff check operator hack tests examples
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
-unit: venv
+unit: venv ## unit tests only (no cluster)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv binaries tf-venv mpi-e2e
+integration: venv binaries tf-venv mpi-e2e ## integration tests on a real local control plane
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 # The README's test command: lint, unit tests, then integration tests on a real control plane.
-test: venv binaries tf-venv mpi-e2e
-	$(VENV)/bin/ruff check operator hack tests examples
-	$(VENV)/bin/mypy
-	$(PY) -m pytest -p no:cacheprovider tests $(PYTEST_ARGS)
+test: lint binaries tf-venv mpi-e2e ## what CI runs: lint, then every test
+	$(PY) -m pytest tests $(PYTEST_ARGS)
 
-crd: venv
+crd: venv ## regenerate the CRD from a running plane's PodTemplateSpec (make cluster-up first)
 	$(PY) hack/gen_podtemplate_schema.py --kubeconfig $(CLUSTER_DIR)/kubeconfig
 	$(PY) -m disttrain crd > crds/disttrainjobs.disttrain.dev.yaml
 	cp crds/disttrainjobs.disttrain.dev.yaml charts/disttrain-operator/crds/
 
 # A job from `kubectl apply` to Succeeded on the local control plane, with real TensorFlow.
-demo: venv binaries tf-venv
+demo: venv binaries tf-venv ## a job from kubectl apply to Succeeded, with real TensorFlow
 	$(PY) hack/demo.py
 
 # Operator vs a plain client doing the same API writes; writes bench-results/results.md.
-bench: venv binaries
+bench: venv binaries ## the operator against a plain client doing the same API writes
 	$(PY) hack/bench.py
 
-cluster-up: venv binaries
+cluster-up: venv binaries ## a local control plane with 4 fake GPU nodes; prints the KUBECONFIG line
 	$(PY) hack/localcluster.py up --dir $(CLUSTER_DIR)
 
-cluster-down: venv
+cluster-down: venv ## stop it
 	$(PY) hack/localcluster.py down --dir $(CLUSTER_DIR)
 
-clean: cluster-down
+clean: cluster-down ## remove the dev virtualenv and tool caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -30,8 +30,9 @@ from kubernetes_asyncio import client, config, watch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 sys.path.insert(0, str(REPO / "operator"))
-from disttrain.builders import JobRef, desired_pod_keys  # noqa: E402
 from disttrain.desired import job_pod, supporting_objects  # noqa: E402
+from disttrain.objects import JobRef  # noqa: E402
+from disttrain.pods import desired_pod_keys  # noqa: E402
 from disttrain.spec import parse_spec  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 

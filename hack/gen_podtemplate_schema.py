@@ -3,7 +3,7 @@
     python hack/gen_podtemplate_schema.py [--kubeconfig K] [--check]
 
 Reads /openapi/v3/api/v1, inlines every $ref under io.k8s.api.core.v1.PodTemplateSpec and turns
-the result into a structural schema a CRD accepts: descriptions dropped (api.md: the schema
+the result into a structural schema a CRD accepts: descriptions dropped (docs/api.md: the schema
 appears six times, ~290 KB each with them), int-or-string and quantities marked
 x-kubernetes-int-or-string, defaults and list-merge hints dropped (the pod's own API server
 applies them when the operator creates the pod). Writes operator/disttrain/schema/podtemplatespec.json;

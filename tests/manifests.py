@@ -1,34 +1,54 @@
-"""DistTrainJob manifests for integration tests (pods run on KWOK nodes: images never pull)."""
+"""DistTrainJob manifests for every test, unit and integration, built one way.
+
+Pods of integration tests run on KWOK nodes, so images never pull; the defaults are what a small
+real job would ask for: 2 CPUs, the TensorFlow image, restartPolicy ExitCode.
+"""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
+TF_IMAGE = "disttrain/tensorflow:2.21"
+HOROVOD_IMAGE = "disttrain/horovod:0.28.1"
 
-def pod_template(gpus: int = 0, cpu: str | None = "2", command: list[str] | None = None) -> dict[str, Any]:
+
+def container(cpu: str | int | None = "2", gpus: int = 0, command: list[str] | None = None,
+              image: str = TF_IMAGE, name: str = "tensorflow", **extra: Any) -> dict[str, Any]:
     limits: dict[str, Any] = {}
-    if cpu:
+    if cpu is not None:
         limits["cpu"] = cpu
     if gpus:
         limits["nvidia.com/gpu"] = gpus
-    container: dict[str, Any] = {"name": "tensorflow", "image": "disttrain/tensorflow:2.21"}
+    c: dict[str, Any] = {"name": name, "image": image, **extra}
     if command:
-        container["command"] = command
+        c["command"] = command
     if limits:
-        container["resources"] = {"limits": limits}
-    return {"spec": {"containers": [container]}}
+        c["resources"] = {"limits": limits}
+    return c
 
 
-def replica(n: int, policy: str = "ExitCode", **template: Any) -> dict[str, Any]:
-    return {"replicas": n, "restartPolicy": policy, "template": pod_template(**template)}
+def pod_template(labels: dict[str, str] | None = None, **container_args: Any) -> dict[str, Any]:
+    template: dict[str, Any] = {"spec": {"containers": [container(**container_args)]}}
+    if labels:
+        template["metadata"] = {"labels": dict(labels)}
+    return template
 
 
-def tf_job(name: str, run_policy: dict[str, Any] | None = None, **replicas: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {"tensorflow": copy.deepcopy(replicas)}
+def replica(n: int, policy: str = "ExitCode", labels: dict[str, str] | None = None,
+            **container_args: Any) -> dict[str, Any]:
+    return {"replicas": n, "restartPolicy": policy, "template": pod_template(labels, **container_args)}
+
+
+def job(name: str, framework: dict[str, Any], run_policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec = copy.deepcopy(framework)
     if run_policy:
-        spec["runPolicy"] = run_policy
+        spec["runPolicy"] = dict(run_policy)
     return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob", "metadata": {"name": name}, "spec": spec}
+
+
+def tf_job(name: str = "mnist", run_policy: dict[str, Any] | None = None, **replicas: Any) -> dict[str, Any]:
+    return job(name, {"tensorflow": replicas}, run_policy)
 
 
 def mwms_job(name: str = "mwms", workers: int = 4, **run_policy: Any) -> dict[str, Any]:
@@ -42,13 +62,8 @@ def ps_job(name: str = "ps", **run_policy: Any) -> dict[str, Any]:
 
 def mpi_job(name: str = "hvd", workers: int = 4, gpus: int = 2, worker_policy: str = "ExitCode",
             worker_node_selector: dict[str, str] | None = None, **run_policy: Any) -> dict[str, Any]:
-    worker = replica(workers, worker_policy, gpus=gpus)
-    worker["template"]["spec"]["containers"][0]["image"] = "disttrain/horovod:0.28.1"
+    worker = replica(workers, worker_policy, gpus=gpus, image=HOROVOD_IMAGE)
     if worker_node_selector:
         worker["template"]["spec"]["nodeSelector"] = worker_node_selector
-    launcher = replica(1, "Never", cpu="1", command=["mpirun", "python", "/train.py"])
-    launcher["template"]["spec"]["containers"][0]["image"] = "disttrain/horovod:0.28.1"
-    spec: dict[str, Any] = {"mpi": {"launcher": launcher, "worker": worker}}
-    if run_policy:
-        spec["runPolicy"] = run_policy
-    return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob", "metadata": {"name": name}, "spec": spec}
+    launcher = replica(1, "Never", cpu="1", command=["mpirun", "python", "/train.py"], image=HOROVOD_IMAGE)
+    return job(name, {"mpi": {"launcher": launcher, "worker": worker}}, run_policy or None)

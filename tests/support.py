@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -9,17 +10,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
+import pytest
 import yaml
 from kubernetes import client, config
 
+from kwokpods import finish_pod
+
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "crds" / "disttrainjobs.disttrain.dev.yaml"
-EXIT_CODE_ANNOTATION = "kwok.disttrain.dev/exit-code"
 T = TypeVar("T")
 
 
@@ -29,14 +32,17 @@ def kubectl_binary() -> str:
     return os.environ.get("KUBECTL") or (str(built) if built.exists() else shutil.which("kubectl") or "kubectl")
 
 
-def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition", interval: float = 0.1) -> T:
+def wait_for(check: Callable[[], T | Literal[False] | None], timeout: float = 30, what: str = "condition",
+             interval: float = 0.1) -> T:
+    """The first truthy value `check` returns; an assertion failure after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:
         try:
-            last = check()
-            if last:
-                return last
+            value = check()
+            if value:
+                return value
+            last = value
         except (AssertionError, client.ApiException) as err:  # not there yet
             last = err
         if time.monotonic() > deadline:
@@ -47,6 +53,7 @@ def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition
 @dataclass
 class Cluster:
     kubeconfig: Path
+    local: Any = None  # the LocalCluster when the tests started one (its processes can be paused)
     _api: client.ApiClient | None = field(default=None, repr=False)
 
     @property
@@ -62,6 +69,19 @@ class Cluster:
     @property
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api)
+
+    @contextlib.contextmanager
+    def paused(self, component: str) -> Iterator[None]:
+        """Stop a control-plane process (SIGSTOP) for the block: the garbage collector of a busy
+        cluster, say. Only on the local plane the tests started."""
+        if self.local is None:
+            pytest.skip(f"pausing {component} needs the local control plane")
+        pid = self.local.processes[component]
+        os.killpg(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(pid, signal.SIGCONT)
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
@@ -86,10 +106,10 @@ class Cluster:
     def pods(self, namespace: str, selector: str = "") -> list[client.V1Pod]:
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
-    def finish_pod(self, namespace: str, name: str, exit_code: int) -> None:
-        """Make a KWOK pod's containers exit with `exit_code` (see hack/kwok/stages.yaml)."""
-        self.core.patch_namespaced_pod(
-            name, namespace, {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: str(exit_code)}}})
+    def finish_pod(self, namespace: str, name: str, exit_code: int, uid: str | None = None) -> bool:
+        """Make a KWOK pod's containers exit with `exit_code`; False if the pod had already ended
+        (the operator deleted or replaced it): see hack/kwokpods.py."""
+        return finish_pod(self.core, namespace, name, exit_code, uid)
 
     # -- jobs ----------------------------------------------------------------------------------
 
@@ -145,6 +165,12 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def wait_namespace_ready(cluster: Cluster, namespace: str) -> None:
+    """Pods can be made in `namespace` once its default ServiceAccount exists."""
+    wait_for(lambda: cluster.core.list_namespaced_service_account(namespace).items, 30,
+             f"the default ServiceAccount in {namespace}")
 
 
 def pod_names(cluster: Cluster, ns: str, job: str) -> list[str]:

@@ -1,29 +1,31 @@
-"""The impure half of reconciling: read a job and its pods from the in-memory indexes, call
-the pure `reconcile`, and carry out its plan through the API.
+"""The impure half of reconciling: read a job and its pods from the in-memory indexes, call the
+pure `reconcile`, and carry out its plan through the API.
 
-The indexes (kopf's) lag the API server by a watch event. Two in-memory expectations cover
-that gap, as client-go controllers do: pods we created but haven't seen yet count as Pending
-(so they aren't created again), and pods we deleted count as terminating until their deletion
-shows (so a failure is never handled twice). A status computed from a stale job is refused by
-the API server (resourceVersion precondition) and reconciled again from the newer one.
+The indexes lag the API server by a watch event: `Expectations` cover that gap. A status
+computed from a stale job is refused by the API server (resourceVersion precondition) and
+reconciled again from the newer one. Every child is trusted only when its controller reference
+carries the job's UID: a name already taken by an earlier job's object is waited out (garbage
+collection is removing it), by anything else it fails the job with a message naming the object.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import datetime
 import logging
-import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from enum import Enum
+from typing import Any, Protocol
 
 from disttrain import metrics, mpi
-from disttrain.builders import JobRef, PodKey
+from disttrain.clock import Clock, SystemClock
 from disttrain.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
-from disttrain.kube import Conflict, Invalid, Kube
+from disttrain.expectations import Expectations
+from disttrain.kube import Conflict, Invalid
+from disttrain.objects import JobRef, PodKey, is_controlled_by, is_from_earlier_job
 from disttrain.observed import ObservedPod
-from disttrain.reconcile import Event, JobState, Plan, reconcile
+from disttrain.plan import Event, Plan
+from disttrain.reasons import Reason
+from disttrain.reconcile import JobState, reconcile
 from disttrain.spec import SpecError, parse_spec
 from disttrain.status import Phase, enter_phase, timestamp
 from disttrain.workqueue import WorkQueue
@@ -33,23 +35,40 @@ JobKey = tuple[str, str]  # (namespace, name)
 # kopf's indexes: each key maps to the values its objects contributed (one job body; the pods).
 JobIndex = Mapping[JobKey, Iterable[Mapping[str, Any]]]
 PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
-# How long a created pod may stay unseen before we stop assuming it exists.
-CREATE_EXPECTATION_SECONDS = 30.0
+# How soon to look again at a name an earlier job's object still holds (we don't watch Services,
+# ConfigMaps or Secrets; garbage collection removes them within seconds).
+RETRY_TAKEN_NAME_SECONDS = 1.0
 
 
-@dataclasses.dataclass
-class Expectations:
-    created: dict[str, tuple[PodKey, float]] = dataclasses.field(default_factory=dict)
-    deleted: set[str] = dataclasses.field(default_factory=set)
+class KubeAPI(Protocol):
+    """The API writes the controller makes (`disttrain.kube.Kube`; an in-memory fake in tests)."""
+
+    async def create(self, obj: Mapping[str, Any]) -> bool: ...
+    async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
+    async def replace_config_map_data(self, obj: Mapping[str, Any]) -> bool: ...
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    async def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                               resource_version: str | None) -> dict[str, Any]: ...
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None: ...
+    async def post_event(self, namespace: str, name: str, uid: str, event_type: str, reason: str,
+                         message: str) -> None: ...
+    async def close(self) -> None: ...
+
+
+class Ownership(Enum):
+    OURS = "ours"
+    WAIT = "wait"  # an earlier job's object, or one on its way out: garbage collection is removing it
+    FOREIGN = "foreign"  # something else's: the job can't run under this name
 
 
 class Controller:
-    def __init__(self, kube: Kube, workers: int = 16, create_concurrency: int = 32) -> None:
+    def __init__(self, kube: KubeAPI, workers: int = 16, create_concurrency: int = 32,
+                 clock: Clock | None = None) -> None:
         self.kube = kube
+        self.clock: Clock = clock or SystemClock()
         self.queue: WorkQueue[JobKey] = WorkQueue(self.reconcile_key, workers=workers)
         self.expectations: dict[JobKey, Expectations] = {}
-        # uids of jobs whose Service (and MPI ConfigMap and Secret) we have made
-        self.supported: set[str] = set()
+        self.supported: set[str] = set()  # uids of jobs whose supporting objects exist and are theirs
         self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
         self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
         self.uids: dict[JobKey, str] = {}
@@ -67,8 +86,6 @@ class Controller:
         await self.queue.stop()
         await self.kube.close()
 
-    # ---------------------------------------------------------------------------------------
-
     async def reconcile_key(self, key: JobKey) -> float | None:
         body = next(iter(self._jobs.get(key, ())), None)
         if body is None:
@@ -81,14 +98,14 @@ class Controller:
         if self.uids.get(key) not in (None, ref.uid):
             self._forget(key)  # deleted and made again under the same name
         self.uids[key] = ref.uid
-        status = dict(body.get("status") or {})
         try:
             spec = parse_spec(body.get("spec") or {})
         except SpecError as err:
-            await self._fail(ref, body, "InvalidSpec", str(err))
+            await self._fail(ref, body.get("status"), Reason.INVALID_SPEC, str(err))
             return None
-        started = time.monotonic()
-        job = JobState(ref=ref, generation=int(meta.get("generation") or 0), spec=spec, status=status)
+        started = self.clock.monotonic()
+        job = JobState(ref=ref, generation=int(meta.get("generation") or 0), spec=spec,
+                       status=dict(body.get("status") or {}))
         keys = None
         if spec.mpi is not None:
             # Kept while the job lives: its Secret is made once, but a plan that creates pods
@@ -96,11 +113,11 @@ class Controller:
             if ref.uid not in self.ssh_keys:
                 self.ssh_keys[ref.uid] = mpi.generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
-        plan = reconcile(job, self._observed_pods(key), datetime.datetime.now(datetime.UTC), keys)
+        plan = reconcile(job, self._observed_pods(key, ref), self.clock.now(), keys)
         try:
             return await self._apply(key, ref, spec.framework.value, body, plan)
         finally:
-            metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+            metrics.RECONCILE_SECONDS.observe(self.clock.monotonic() - started)
 
     def _forget(self, key: JobKey) -> None:
         """The job is gone: drop everything remembered for it."""
@@ -112,90 +129,105 @@ class Controller:
             self.ssh_keys.pop(uid, None)
             self.written = {k: v for k, v in self.written.items() if k[0] != uid}
 
-    def _observed_pods(self, key: JobKey) -> list[ObservedPod]:
-        exp = self.expectations.setdefault(key, Expectations())
-        observed = list(self._pods.get(key, ()))
-        names = {p.name for p in observed}
-        exp.deleted &= {p.uid for p in observed}
-        pods = [dataclasses.replace(p, terminating=True) if p.uid in exp.deleted else p for p in observed]
-        now = time.monotonic()
-        for name, (pod_key, when) in list(exp.created.items()):
-            if name in names or now - when > CREATE_EXPECTATION_SECONDS:
-                del exp.created[name]
-            else:
-                pods.append(ObservedPod(name=name, uid="", replica_type=pod_key.replica_type, index=pod_key.index,
-                                        phase="Pending", ready=False, terminating=False, exit_code=None,
-                                        reason=None, container_restarts=0))
-        return pods
+    def _expectations(self, key: JobKey, ref: JobRef) -> Expectations:
+        exp = self.expectations.get(key)
+        if exp is None or exp.owner_uid != ref.uid:
+            exp = self.expectations[key] = Expectations(self.clock, ref.uid)
+        return exp
 
-    async def _apply(
-        self, key: JobKey, ref: JobRef, framework: str, body: Mapping[str, Any], plan: Plan
-    ) -> float | None:
-        meta = body["metadata"]
+    def _observed_pods(self, key: JobKey, ref: JobRef) -> list[ObservedPod]:
+        return self._expectations(key, ref).apply(list(self._pods.get(key, ())))
+
+    async def _apply(self, key: JobKey, ref: JobRef, framework: str, body: Mapping[str, Any],
+                     plan: Plan) -> float | None:
         if plan.status != (body.get("status") or {}):
             try:
-                await self.kube.patch_job_status(ref.namespace, ref.name, plan.status, meta.get("resourceVersion"))
+                await self.kube.patch_job_status(ref.namespace, ref.name, plan.status,
+                                                 body["metadata"].get("resourceVersion"))
             except Conflict:
                 # The index hasn't caught up with our last write (or someone else's): its watch
                 # event re-queues the job; the timer is a safety net.
                 return 1.0
-        exp = self.expectations.setdefault(key, Expectations())
+        exp = self._expectations(key, ref)
         for pod in plan.delete:
-            exp.deleted.add(pod.uid)
+            exp.expect_deleted(pod.uid)
         await asyncio.gather(*(self.kube.delete_pod(ref.namespace, p.name, p.uid) for p in plan.delete))
         metrics.PODS_DELETED.inc(len(plan.delete))
 
-        invalid = await self._create_all(key, ref, framework, plan.create)
-        for obj in plan.keep_current:
-            await self._keep_current(ref, obj)
+        failure, wait = await self._create_all(exp, ref, framework, plan.create)
+        if ref.uid in self.supported:
+            for obj in plan.keep_current:
+                await self._keep_current(ref, obj)
         for event in plan.events:
             await self._event(ref, event)
             metrics.count_transition(event.reason)
-        if invalid is not None:
+        if failure is not None:
             # On top of the status just written, so start time, counts and conditions stay.
-            await self._fail(ref, {"status": plan.status}, "InvalidPodTemplate", invalid)
+            await self._fail(ref, plan.status, *failure)
             return None
         if plan.delete_job:
             log.info("deleting %s/%s: ttlSecondsAfterFinished has passed", ref.namespace, ref.name)
             await self.kube.delete_job(ref.namespace, ref.name, ref.uid)
             return None
+        if wait:
+            plan.requeue_within(RETRY_TAKEN_NAME_SECONDS)
         return plan.requeue_after
 
-    async def _create_all(
-        self, key: JobKey, ref: JobRef, framework: str, objects: list[dict[str, Any]]
-    ) -> str | None:
-        """Create the objects (Service and the like first, then pods, concurrently). Returns the
-        message of the first pod the API server found invalid, naming the template it came from."""
-        exp = self.expectations.setdefault(key, Expectations())
+    async def _create_all(self, exp: Expectations, ref: JobRef, framework: str,
+                          objects: list[dict[str, Any]]) -> tuple[tuple[Reason, str] | None, bool]:
+        """Create the supporting objects, then (once they are all this job's) the pods, concurrently.
+        Returns why the job must fail, if it must, and whether to look again soon."""
         pods = [o for o in objects if o["kind"] == "Pod"]
         supporting = [o for o in objects if o["kind"] != "Pod"]
         if supporting and ref.uid not in self.supported:
             for obj in supporting:
-                created = await self.kube.create(obj)
-                if obj["kind"] == "Service" and created:
-                    metrics.JOBS_CREATED.inc()
-                if obj["kind"] == "ConfigMap":
-                    self.written[(ref.uid, obj["metadata"]["name"])] = obj["data"] if created else None
+                ownership = await self._create_owned(ref, obj)
+                if ownership is Ownership.FOREIGN:
+                    return (Reason.OBJECT_NOT_OWNED, not_owned_message(ref, obj)), False
+                if ownership is Ownership.WAIT:
+                    return None, True
             self.supported.add(ref.uid)
+        results = await asyncio.gather(*(self._create_pod(exp, ref, framework, p) for p in pods))
+        return next((r for r in results if r is not None), None), False
 
-        async def create_pod(pod: dict[str, Any]) -> str | None:
-            labels = pod["metadata"]["labels"]
-            pod_key = PodKey(labels[REPLICA_TYPE_LABEL], int(labels[REPLICA_INDEX_LABEL]))
-            exp.created[pod["metadata"]["name"]] = (pod_key, time.monotonic())
-            async with self._creates:
-                try:
-                    if await self.kube.create(pod):
-                        metrics.PODS_CREATED.inc()
-                except Invalid as err:
-                    exp.created.pop(pod["metadata"]["name"], None)
-                    return f"spec.{framework}.{pod_key.replica_type}.template: {err}"
-                except BaseException:
-                    exp.created.pop(pod["metadata"]["name"], None)
-                    raise
-            return None
+    async def _create_owned(self, ref: JobRef, obj: dict[str, Any]) -> Ownership:
+        """Create `obj`; if its name is taken, whose is the object there?"""
+        created = await self.kube.create(obj)
+        if created:
+            if obj["kind"] == "Service":
+                metrics.JOBS_CREATED.inc()
+            if obj["kind"] == "ConfigMap":
+                self.written[(ref.uid, obj["metadata"]["name"])] = obj["data"]
+            return Ownership.OURS
+        return ownership(ref, await self.kube.get_metadata(obj))
 
-        results = await asyncio.gather(*(create_pod(p) for p in pods))
-        return next((r for r in results if r is not None), None)
+    async def _create_pod(self, exp: Expectations, ref: JobRef, framework: str,
+                          pod: dict[str, Any]) -> tuple[Reason, str] | None:
+        """Create one pod. Returns why the job must fail: the API server found the pod invalid
+        (the message names the template it came from), or the name belongs to something else."""
+        name, labels = pod["metadata"]["name"], pod["metadata"]["labels"]
+        pod_key = PodKey(labels[REPLICA_TYPE_LABEL], int(labels[REPLICA_INDEX_LABEL]))
+        exp.expect_created(name, pod_key)
+        async with self._creates:
+            try:
+                created = await self.kube.create(pod)
+            except Invalid as err:
+                exp.not_created(name)
+                return Reason.INVALID_POD_TEMPLATE, f"spec.{framework}.{pod_key.replica_type}.template: {err}"
+            except BaseException:
+                exp.not_created(name)
+                raise
+            if created:
+                metrics.PODS_CREATED.inc()
+                return None
+            # Taken, and not seen in our index as ours: an earlier job's pod (waited out on its
+            # next event) or something else's.
+            found = ownership(ref, await self.kube.get_metadata(pod))
+            if found is not Ownership.OURS:
+                exp.not_created(name)
+            if found is Ownership.FOREIGN:
+                return Reason.OBJECT_NOT_OWNED, not_owned_message(ref, pod)
+        return None
 
     async def _keep_current(self, ref: JobRef, obj: dict[str, Any]) -> None:
         """Write `obj` (a ConfigMap) if its data differs from what we last wrote."""
@@ -205,15 +237,15 @@ class Controller:
         if await self.kube.replace_config_map_data(obj):
             self.written[memory] = obj["data"]
 
-    async def _fail(self, ref: JobRef, body: Mapping[str, Any] | None, reason: str, message: str) -> None:
+    async def _fail(self, ref: JobRef, status: Mapping[str, Any] | None, reason: Reason, message: str) -> None:
         """A job only the operator can see is wrong: phase Failed, the message, a Warning event."""
-        current = dict((body or {}).get("status") or {})
+        current = dict(status or {})
         if current.get("phase") == Phase.FAILED.value and current.get("message") == message:
             return
-        now = timestamp(datetime.datetime.now(datetime.UTC))
-        status = enter_phase(current, Phase.FAILED, reason, message, now)
-        status["completionTime"] = now
-        await self.kube.patch_job_status(ref.namespace, ref.name, status, None)
+        now = timestamp(self.clock.now())
+        new = enter_phase(current, Phase.FAILED, reason, message, now)
+        new["completionTime"] = now
+        await self.kube.patch_job_status(ref.namespace, ref.name, new, None)
         await self._event(ref, Event("Warning", reason, message))
         metrics.count_transition(reason)
 
@@ -223,3 +255,15 @@ class Controller:
         except Exception:  # an event lost must never stop the job
             log.warning("could not post event %s for %s/%s", event.reason, ref.namespace, ref.name, exc_info=True)
 
+
+def ownership(ref: JobRef, meta: Mapping[str, Any] | None) -> Ownership:
+    """Who holds a name our create found taken. Gone by now (None), on its way out, or an earlier
+    job's: wait for garbage collection. Ours: fine (our index or memory lagged)."""
+    if meta is None or meta.get("deletionTimestamp") or is_from_earlier_job(meta, ref):
+        return Ownership.WAIT
+    return Ownership.OURS if is_controlled_by(meta, ref) else Ownership.FOREIGN
+
+
+def not_owned_message(ref: JobRef, obj: Mapping[str, Any]) -> str:
+    return (f"{obj['kind']} {ref.namespace}/{obj['metadata']['name']} already exists and is not controlled by "
+            f"this DistTrainJob; delete it or give the job another name")

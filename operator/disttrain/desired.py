@@ -1,32 +1,44 @@
-"""Every object a job should own, whatever its framework: the one entry point reconcile and
-`disttrain render` use (TensorFlow specifics live in builders/tfconfig, MPI's in mpi)."""
+"""Every object a job should own, whatever its framework: the one entry point that reconcile and
+`disttrain render` use.
+
+A pod is built in three layers: the common pod (`pods`), the framework's env and volumes
+(`tensorflow` or `mpi`), then scheduling's fields (`scheduling`). The supporting objects are
+the headless Service, the framework's own (MPI's hostfile ConfigMap and SSH Secret) and
+scheduling's (a PodGroup, a Workload), all made before the first pod.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from disttrain import mpi
-from disttrain.builders import JobRef, PodKey, desired_pod, desired_service
+from disttrain import mpi, pods, scheduling, tensorflow
+from disttrain.objects import JobRef, PodKey
 from disttrain.spec import JobSpec
 
 
 def job_pod(ref: JobRef, spec: JobSpec, key: PodKey) -> dict[str, Any]:
-    if spec.mpi is None:
-        return desired_pod(ref, spec, key)
-    env = mpi.launcher_extra_env(spec.mpi) if key.replica_type == "launcher" else None
-    return mpi.mpi_pod_additions(ref, spec.mpi, key.replica_type, desired_pod(ref, spec, key, env))
+    env = pods.common_env(ref, spec, key)
+    if spec.tensorflow is not None:
+        env |= tensorflow.pod_env(ref, spec.tensorflow, key)
+        pod = pods.base_pod(ref, spec, key, env)
+    else:
+        assert spec.mpi is not None
+        env |= mpi.pod_env(spec.mpi, key)
+        pod = mpi.pod_additions(ref, spec.mpi, key, pods.base_pod(ref, spec, key, env))
+    return scheduling.pod_fields(spec, pod)
 
 
 def supporting_objects(
     ref: JobRef, spec: JobSpec, ssh_keys: mpi.SSHKeys | None, running_workers: Sequence[int] = ()
 ) -> list[dict[str, Any]]:
-    """What the pods need before they start: the headless Service, and for MPI the hostfile
-    ConfigMap and the SSH Secret."""
-    objects = [desired_service(ref, spec)]
-    if spec.mpi is not None:
+    """What the pods need before they start, in the order they are created."""
+    if spec.tensorflow is not None:
+        objects = [pods.headless_service(ref, tensorflow.service_port(spec.tensorflow))]
+    else:
+        assert spec.mpi is not None
         if ssh_keys is None:
             raise ValueError("an MPI job's objects need its SSH keys")
-        objects.append(mpi.desired_config_map(ref, spec.mpi, running_workers))
-        objects.append(mpi.desired_secret(ref, spec.mpi, ssh_keys))
-    return objects
+        objects = [pods.headless_service(ref, mpi.service_port()),
+                   *mpi.supporting_objects(ref, spec.mpi, ssh_keys, running_workers)]
+    return objects + scheduling.objects(ref, spec)

@@ -13,12 +13,16 @@ import kopf
 from disttrain.constants import GROUP, JOB_NAME_LABEL, KIND, PLURAL, VERSION
 from disttrain.controller import Controller, JobKey
 from disttrain.kube import Kube, new_api_client
+from disttrain.objects import controller_of
 from disttrain.observed import ObservedPod, observe_pod
 
 
-def owned_by_a_job(body: kopf.Body, **_: Any) -> bool:
-    return any(ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(GROUP)
-               for ref in body.get("metadata", {}).get("ownerReferences") or [])
+def controlled_by_its_job(body: kopf.Body, **_: Any) -> bool:
+    """A pod controlled by a DistTrainJob of the name its job-name label gives: this job's, or an
+    earlier one's of the same name (told apart by UID when reconciling)."""
+    ref = controller_of(body.get("metadata") or {})
+    return (ref is not None and ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(GROUP)
+            and ref.get("name") == (body.get("metadata", {}).get("labels") or {}).get(JOB_NAME_LABEL))
 
 
 @kopf.on.startup()
@@ -46,7 +50,7 @@ def jobs_by_key(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Jo
                                 "status": dict(body.status)}}
 
 
-@kopf.index("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=owned_by_a_job)
+@kopf.index("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=controlled_by_its_job)
 def pods_by_job(namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[JobKey, ObservedPod]:
     return {(namespace, labels[JOB_NAME_LABEL]): observe_pod(body)}
 
@@ -64,7 +68,7 @@ async def job_event(namespace: str, name: str, memo: kopf.Memo, jobs_by_key: kop
     _queue(memo, (namespace, name), jobs_by_key, pods_by_job)
 
 
-@kopf.on.event("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=owned_by_a_job)
+@kopf.on.event("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=controlled_by_its_job)
 async def pod_event(namespace: str, labels: Mapping[str, str], memo: kopf.Memo, jobs_by_key: kopf.Index[Any, Any],
                     pods_by_job: kopf.Index[Any, Any], **_: Any) -> None:
     _queue(memo, (namespace, labels[JOB_NAME_LABEL]), jobs_by_key, pods_by_job)

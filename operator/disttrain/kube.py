@@ -17,6 +17,8 @@ from disttrain.constants import API_VERSION, FIELD_MANAGER, GROUP, KIND, PLURAL,
 from disttrain.status import timestamp
 
 MERGE_PATCH = "application/merge-patch+json"
+# The core/v1 kinds a job owns, and their names in the client's method names.
+_CORE_KINDS = {"Pod": "pod", "Service": "service", "ConfigMap": "config_map", "Secret": "secret"}
 
 
 class Conflict(Exception):
@@ -50,14 +52,9 @@ class Kube:
         await self.api_client.close()
 
     async def create(self, obj: Mapping[str, Any]) -> bool:
-        """Create a core/v1 object; False if it already exists."""
+        """Create a core/v1 object; False if one of that name already exists."""
         ns, kind = obj["metadata"]["namespace"], obj["kind"]
-        create = {
-            "Pod": self.core.create_namespaced_pod,
-            "Service": self.core.create_namespaced_service,
-            "ConfigMap": self.core.create_namespaced_config_map,
-            "Secret": self.core.create_namespaced_secret,
-        }[kind]
+        create = getattr(self.core, f"create_namespaced_{_CORE_KINDS[kind]}")
         try:
             await create(ns, obj, field_manager=FIELD_MANAGER)
         except ApiException as err:
@@ -67,6 +64,20 @@ class Kube:
                 raise Invalid(_message(err)) from err
             raise
         return True
+
+    async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The metadata of the core/v1 object of `obj`'s kind, namespace and name; None if absent.
+        Read only when a create finds the name taken, to learn who controls the object there."""
+        meta, kind = obj["metadata"], obj["kind"]
+        read = getattr(self.core, f"read_namespaced_{_CORE_KINDS[kind]}")
+        try:
+            found = await read(meta["name"], meta["namespace"])
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        result: dict[str, Any] = self.api_client.sanitize_for_serialization(found.metadata)
+        return result
 
     async def replace_config_map_data(self, obj: Mapping[str, Any]) -> bool:
         """Set a ConfigMap's data; False if it doesn't exist (yet)."""

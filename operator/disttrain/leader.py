@@ -15,52 +15,84 @@ import datetime
 import logging
 import os
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from disttrain.clock import Clock, SystemClock
 from disttrain.kube import new_api_client
+from disttrain.status import parse_timestamp
 
 log = logging.getLogger(__name__)
 MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
+class LeaseAPI(Protocol):
+    """Reads and compare-and-swap writes of one Lease (`CoordinationLeases`; a fake in tests)."""
+
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    async def create(self, namespace: str, body: dict[str, Any]) -> bool: ...
+    async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> bool: ...
+
+
+class CoordinationLeases:
+    """LeaseAPI over the coordination.k8s.io/v1 API: False from a write means another replica
+    wrote first (409)."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api: Any = client.CoordinationV1Api(api_client)
+
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            lease = await self.api.read_namespaced_lease(name, namespace)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        body: dict[str, Any] = self.api.api_client.sanitize_for_serialization(lease)
+        return body
+
+    async def create(self, namespace: str, body: dict[str, Any]) -> bool:
+        return await _unless_conflict(self.api.create_namespaced_lease(namespace, body))
+
+    async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
+        return await _unless_conflict(self.api.replace_namespaced_lease(name, namespace, body))
+
+
+async def _unless_conflict(call: Any) -> bool:
+    try:
+        await call
+    except ApiException as err:
+        if err.status == 409:
+            return False
+        raise
+    return True
 
 
 def _micro(moment: datetime.datetime) -> str:
-    return moment.strftime(MICRO)
+    return moment.astimezone(datetime.UTC).strftime(MICRO)
 
 
 class LeaseElector:
-    def __init__(self, namespace: str, name: str, identity: str, duration: int = 15) -> None:
+    def __init__(self, namespace: str, name: str, identity: str, duration: int = 15,
+                 clock: Clock | None = None) -> None:
         self.namespace, self.name, self.identity, self.duration = namespace, name, identity, duration
+        self.clock: Clock = clock or SystemClock()
 
-    async def _try(self, api: Any) -> bool:
+    async def try_hold(self, leases: LeaseAPI) -> bool:
         """One attempt to take or keep the Lease; True if we hold it afterwards."""
-        now = _now()
-        try:
-            lease = await api.read_namespaced_lease(self.name, self.namespace)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-            try:
-                await api.create_namespaced_lease(self.namespace, {
-                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration,
-                             "acquireTime": _micro(now), "renewTime": _micro(now), "leaseTransitions": 0}})
-            except ApiException as create_err:
-                if create_err.status == 409:  # another replica was faster
-                    return False
-                raise
-            return True
-        body: dict[str, Any] = api.api_client.sanitize_for_serialization(lease)
-        spec = body.get("spec") or {}
+        now = self.clock.now()
+        lease = await leases.read(self.namespace, self.name)
+        if lease is None:
+            return await leases.create(self.namespace, {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration,
+                         "acquireTime": _micro(now), "renewTime": _micro(now), "leaseTransitions": 0}})
+        spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = lease.spec.renew_time or now
+        renewed = parse_timestamp(spec.get("renewTime")) or now
         expired = now - renewed > datetime.timedelta(seconds=int(spec.get("leaseDurationSeconds") or self.duration))
         if holder not in (self.identity, None, "") and not expired:
             return False
@@ -68,55 +100,59 @@ class LeaseElector:
                         renewTime=_micro(now))
         if holder != self.identity:
             new_spec.update(acquireTime=_micro(now), leaseTransitions=int(spec.get("leaseTransitions") or 0) + 1)
-        body["spec"] = new_spec
-        try:
-            # The resourceVersion in `body` makes this a compare-and-swap: of two replicas
-            # taking an expired Lease at once, one wins.
-            await api.replace_namespaced_lease(self.name, self.namespace, body)
-        except ApiException as err:
-            if err.status == 409:
-                return False
-            raise
-        return True
+        # The resourceVersion in the body read makes this a compare-and-swap: of two replicas
+        # taking an expired Lease at once, one wins.
+        return await leases.replace(self.namespace, self.name, dict(lease, spec=new_spec))
 
-    async def acquire(self) -> None:
-        async with await new_api_client(4) as api_client:
-            api = client.CoordinationV1Api(api_client)
-            announced = False
-            while True:
-                try:
-                    if await self._try(api):
-                        log.info("became the leader (Lease %s/%s) as %s", self.namespace, self.name, self.identity)
-                        return
-                except ApiException as err:
-                    log.warning("leader election: %s", err.reason)
-                if not announced:
-                    log.info("standing by: another replica holds Lease %s/%s", self.namespace, self.name)
-                    announced = True
-                await asyncio.sleep(2)
+    async def acquire(self, leases: LeaseAPI, retry_seconds: float = 2) -> None:
+        announced = False
+        while True:
+            try:
+                if await self.try_hold(leases):
+                    log.info("became the leader (Lease %s/%s) as %s", self.namespace, self.name, self.identity)
+                    return
+            except ApiException as err:
+                log.warning("leader election: %s", err.reason)
+            if not announced:
+                log.info("standing by: another replica holds Lease %s/%s", self.namespace, self.name)
+                announced = True
+            await asyncio.sleep(retry_seconds)
 
-    async def keep(self) -> None:
-        """Renew every third of the duration; exit the process if the Lease can't be kept."""
-        async with await new_api_client(4) as api_client:
-            api = client.CoordinationV1Api(api_client)
-            last_renewed = _now()
-            while True:
-                await asyncio.sleep(self.duration / 3)
-                try:
-                    if await self._try(api):
-                        last_renewed = _now()
-                        continue
-                    log.error("lost Lease %s/%s to another replica: exiting", self.namespace, self.name)
-                except Exception:
-                    log.warning("renewing Lease %s/%s failed", self.namespace, self.name, exc_info=True)
-                    if _now() - last_renewed < datetime.timedelta(seconds=self.duration * 2 / 3):
-                        continue
-                    log.error("could not renew Lease %s/%s in time: exiting", self.namespace, self.name)
-                os._exit(1)  # nothing graceful: another replica may already be acting
+    async def keep(self, leases: LeaseAPI) -> None:
+        """Renew every third of the duration; return (the caller exits) once the Lease is lost,
+        or has gone unrenewed for two thirds of its duration."""
+        last_renewed = self.clock.now()
+        while True:
+            await asyncio.sleep(self.duration / 3)
+            try:
+                if await self.try_hold(leases):
+                    last_renewed = self.clock.now()
+                    continue
+                log.error("lost Lease %s/%s to another replica: exiting", self.namespace, self.name)
+                return
+            except Exception:
+                log.warning("renewing Lease %s/%s failed", self.namespace, self.name, exc_info=True)
+                if self.clock.now() - last_renewed < datetime.timedelta(seconds=self.duration * 2 / 3):
+                    continue
+                log.error("could not renew Lease %s/%s in time: exiting", self.namespace, self.name)
+                return
 
 
 def lead(namespace: str, name: str, identity: str, duration: int = 15) -> None:
-    """Block until this process holds the Lease, then keep it renewed from a daemon thread."""
+    """Block until this process holds the Lease, then keep it renewed from a daemon thread, which
+    ends the process the moment the Lease is lost: nothing graceful, another replica may
+    already be acting."""
     elector = LeaseElector(namespace, name, identity, duration)
-    asyncio.run(elector.acquire())
-    threading.Thread(target=lambda: asyncio.run(elector.keep()), name="lease-renewal", daemon=True).start()
+
+    async def run(step: str) -> None:
+        async with await new_api_client(4) as api_client:
+            leases = CoordinationLeases(api_client)
+            await (elector.acquire(leases) if step == "acquire" else elector.keep(leases))
+
+    asyncio.run(run("acquire"))
+
+    def keep_or_exit() -> None:
+        asyncio.run(run("keep"))
+        os._exit(1)
+
+    threading.Thread(target=keep_or_exit, name="lease-renewal", daemon=True).start()

@@ -2,6 +2,8 @@
 
 from prometheus_client import Counter, Histogram
 
+from disttrain.reasons import FAILURES, RESTARTS, Reason
+
 JOBS = Counter("disttrain_job_transitions_total", "Job phase transitions, by reason", ["reason"])
 JOBS_CREATED = Counter("disttrain_jobs_created_total", "Jobs the operator started")
 JOBS_SUCCEEDED = Counter("disttrain_jobs_succeeded_total", "Jobs that succeeded")
@@ -11,17 +13,12 @@ PODS_CREATED = Counter("disttrain_pods_created_total", "Pods the operator create
 PODS_DELETED = Counter("disttrain_pods_deleted_total", "Pods the operator deleted")
 RECONCILE_SECONDS = Histogram("disttrain_reconcile_duration_seconds", "Time of one reconcile, API writes included")
 
-_BY_REASON = {
-    "JobSucceeded": JOBS_SUCCEEDED,
-    "PodFailed": JOBS_RESTARTED,
-    "PodDeleted": JOBS_RESTARTED,
-}
 
-
-def count_transition(reason: str) -> None:
-    JOBS.labels(reason=reason).inc()
-    counter = _BY_REASON.get(reason)
-    if counter is not None:
-        counter.inc()
-    elif reason in ("ReplicaFailed", "BackoffLimitExceeded", "DeadlineExceeded", "InvalidSpec", "InvalidPodTemplate"):
+def count_transition(reason: Reason) -> None:
+    JOBS.labels(reason=reason.value).inc()
+    if reason is Reason.JOB_SUCCEEDED:
+        JOBS_SUCCEEDED.inc()
+    elif reason in RESTARTS:
+        JOBS_RESTARTED.inc()
+    elif reason in FAILURES:
         JOBS_FAILED.inc()

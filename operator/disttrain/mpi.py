@@ -1,4 +1,4 @@
-"""Pure builders for MPI jobs: hostfile, discover_hosts.sh, the SSH Secret and launcher env.
+"""MPI jobs (Horovod or any mpirun program): hostfile, discover_hosts.sh, the SSH Secret, launcher env.
 
 mpirun on the launcher reaches every worker over SSH by its stable DNS name
 (`<job>-worker-<i>.<job>.<ns>.svc`), with a key pair made for this job alone.
@@ -13,10 +13,11 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from disttrain.builders import JobRef, object_meta
-from disttrain.constants import GPU_RESOURCE
 from disttrain.naming import job_labels, pod_fqdn
-from disttrain.spec import MPIImplementation, MPISpec
+from disttrain.objects import JobRef, PodKey, object_meta
+from disttrain.pods import add_volumes
+from disttrain.resources import template_gpus
+from disttrain.spec import MPIImplementation, MPISpec, ReplicaType
 
 CONFIG_MOUNT = "/etc/mpi"
 HOSTFILE = "hostfile"
@@ -57,11 +58,7 @@ def slots_per_worker(mpi: MPISpec) -> int:
     """Explicit slotsPerWorker, else the GPUs a worker asks for (one rank per GPU), else 1."""
     if mpi.slots_per_worker is not None:
         return mpi.slots_per_worker
-    for container in (mpi.worker.template.get("spec") or {}).get("containers") or []:
-        limits = (container.get("resources") or {}).get("limits") or {}
-        if GPU_RESOURCE in limits:
-            return max(1, int(str(limits[GPU_RESOURCE])))
-    return 1
+    return template_gpus(mpi.worker.template) or 1
 
 
 def host_line(implementation: MPIImplementation, host: str, slots: int) -> str:
@@ -73,7 +70,7 @@ def host_line(implementation: MPIImplementation, host: str, slots: int) -> str:
 def hostfile(job: JobRef, mpi: MPISpec) -> str:
     slots = slots_per_worker(mpi)
     return "".join(
-        host_line(mpi.implementation, pod_fqdn(job.name, job.namespace, "worker", i), slots) + "\n"
+        host_line(mpi.implementation, pod_fqdn(job.name, job.namespace, ReplicaType.WORKER, i), slots) + "\n"
         for i in range(mpi.worker.replicas)
     )
 
@@ -82,7 +79,8 @@ def discover_hosts(job: JobRef, mpi: MPISpec, running_workers: Sequence[int]) ->
     """Elastic Horovod's host discovery: prints `host:slots` for each worker running now.
     The operator rewrites it as workers come and go (the kubelet refreshes ConfigMap mounts)."""
     slots = slots_per_worker(mpi)
-    lines = [f"echo {pod_fqdn(job.name, job.namespace, 'worker', i)}:{slots}" for i in sorted(running_workers)]
+    hosts = [pod_fqdn(job.name, job.namespace, ReplicaType.WORKER, i) for i in sorted(running_workers)]
+    lines = [f"echo {host}:{slots}" for host in hosts]
     return "#!/bin/sh\n" + "".join(line + "\n" for line in lines)
 
 
@@ -145,35 +143,12 @@ def launcher_env(mpi: MPISpec) -> dict[str, str]:
     return {"HYDRA_HOST_FILE": hostfile_path, "HYDRA_LAUNCH_EXTRA_ARGS": SSH_CONNECTION_ATTEMPTS}
 
 
-def mpi_pod_additions(job: JobRef, mpi: MPISpec, replica_type: str, pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The pod with what MPI needs: the SSH Secret (both roles), the hostfile ConfigMap and
-    launcher env (launcher), `sshd -De` for workers that bring no command."""
-    out = dict(pod)
-    spec = dict(out["spec"])
-    volumes = list(spec.get("volumes") or [])
-    volumes.append({"name": "ssh-auth", "secret": {"secretName": secret_name(job.name), "defaultMode": 0o600}})
-    mounts = [{"name": "ssh-auth", "mountPath": mpi.ssh_auth_mount_path, "readOnly": True}]
-    if replica_type == "launcher":
-        volumes.append({"name": "mpi-config", "configMap": {"name": config_map_name(job.name), "items": [
-            {"key": HOSTFILE, "path": HOSTFILE, "mode": 0o444},
-            {"key": DISCOVER_HOSTS, "path": DISCOVER_HOSTS, "mode": 0o555}]}})
-        mounts.append({"name": "mpi-config", "mountPath": CONFIG_MOUNT})
-    containers = []
-    for i, container in enumerate(spec.get("containers") or []):
-        c = dict(container)
-        c["volumeMounts"] = list(c.get("volumeMounts") or []) + mounts
-        if i == 0 and replica_type == "worker" and not c.get("command") and not c.get("args"):
-            c["command"] = WORKER_SSHD
-        containers.append(c)
-    spec["containers"] = containers
-    spec["volumes"] = volumes
-    out["spec"] = spec
-    return out
-
-
-def launcher_extra_env(mpi: MPISpec) -> dict[str, str]:
+def pod_env(mpi: MPISpec, key: PodKey) -> dict[str, str]:
+    """The launcher's MPI settings; workers get nothing beyond the common variables."""
+    if key.replica_type != ReplicaType.LAUNCHER:
+        return {}
     env = launcher_env(mpi)
-    if not _asks_for_gpu(mpi.launcher.template):
+    if not template_gpus(mpi.launcher.template):
         # With the NVIDIA runtime as default, a container that asks for no GPU still sees them
         # all unless told otherwise: the launcher only runs mpirun.
         env["NVIDIA_VISIBLE_DEVICES"] = ""
@@ -181,9 +156,28 @@ def launcher_extra_env(mpi: MPISpec) -> dict[str, str]:
     return env
 
 
-def _asks_for_gpu(template: Mapping[str, Any]) -> bool:
-    for container in (template.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        if GPU_RESOURCE in (resources.get("limits") or {}) or GPU_RESOURCE in (resources.get("requests") or {}):
-            return True
-    return False
+def pod_additions(job: JobRef, mpi: MPISpec, key: PodKey, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod with what MPI needs: the SSH Secret (both roles), the hostfile ConfigMap
+    (launcher), `sshd -De` for workers that bring no command."""
+    volumes: list[dict[str, Any]] = [
+        {"name": "ssh-auth", "secret": {"secretName": secret_name(job.name), "defaultMode": 0o600}}]
+    mounts: list[dict[str, Any]] = [{"name": "ssh-auth", "mountPath": mpi.ssh_auth_mount_path, "readOnly": True}]
+    if key.replica_type == ReplicaType.LAUNCHER:
+        volumes.append({"name": "mpi-config", "configMap": {"name": config_map_name(job.name), "items": [
+            {"key": HOSTFILE, "path": HOSTFILE, "mode": 0o444},
+            {"key": DISCOVER_HOSTS, "path": DISCOVER_HOSTS, "mode": 0o555}]}})
+        mounts.append({"name": "mpi-config", "mountPath": CONFIG_MOUNT})
+    out = add_volumes(pod, volumes, mounts)
+    first = out["spec"]["containers"][0] if out["spec"]["containers"] else {}
+    if key.replica_type == ReplicaType.WORKER and not first.get("command") and not first.get("args"):
+        first["command"] = WORKER_SSHD
+    return out
+
+
+def service_port() -> dict[str, Any]:
+    return {"name": "ssh", "port": 22, "targetPort": 22}
+
+
+def supporting_objects(job: JobRef, mpi: MPISpec, keys: SSHKeys,
+                       running_workers: Sequence[int]) -> list[dict[str, Any]]:
+    return [desired_config_map(job, mpi, running_workers), desired_secret(job, mpi, keys)]

@@ -1,11 +1,12 @@
 """Names of the objects a job owns, and the DNS names its pods answer to."""
 
 from disttrain.constants import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from disttrain.spec import ReplicaType
 
 
 def pod_name(job: str, replica_type: str, index: int) -> str:
-    # MPI's launcher is a single pod and carries no index (api.md: `<job>-launcher`).
-    if replica_type == "launcher":
+    # MPI's launcher is a single pod and carries no index (docs/api.md: `<job>-launcher`).
+    if replica_type == ReplicaType.LAUNCHER:
         return f"{job}-launcher"
     return f"{job}-{replica_type}-{index}"
 
@@ -25,4 +26,4 @@ def job_labels(job: str) -> dict[str, str]:
 
 
 def replica_labels(job: str, replica_type: str, index: int) -> dict[str, str]:
-    return {JOB_NAME_LABEL: job, REPLICA_TYPE_LABEL: replica_type, REPLICA_INDEX_LABEL: str(index)}
+    return {JOB_NAME_LABEL: job, REPLICA_TYPE_LABEL: str(replica_type), REPLICA_INDEX_LABEL: str(index)}

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from disttrain.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from disttrain.objects import PodKey, controller_uid
 
 
 @dataclass(frozen=True)
 class ObservedPod:
     name: str
     uid: str
+    owner_uid: str  # the UID of the DistTrainJob that controls it: only that job's pods count for it
     replica_type: str
     index: int
     phase: str  # Pending | Running | Succeeded | Failed | Unknown
@@ -30,9 +32,12 @@ class ObservedPod:
     def active(self) -> bool:
         return not self.terminating and self.phase in ("Pending", "Running", "Unknown")
 
-    @property
-    def running(self) -> bool:
-        return not self.terminating and self.phase == "Running"
+    @classmethod
+    def expected(cls, name: str, key: PodKey, owner_uid: str) -> ObservedPod:
+        """A pod we created whose watch event hasn't arrived yet: it counts as Pending."""
+        return cls(name=name, uid="", owner_uid=owner_uid, replica_type=key.replica_type, index=key.index,
+                   phase="Pending", ready=False, terminating=False, exit_code=None, reason=None,
+                   container_restarts=0)
 
 
 def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
@@ -56,6 +61,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
     return ObservedPod(
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
+        owner_uid=controller_uid(meta),
         replica_type=labels.get(REPLICA_TYPE_LABEL, ""),
         index=index,
         phase=status.get("phase") or "Pending",

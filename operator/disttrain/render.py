@@ -7,10 +7,11 @@ from typing import Any
 
 import yaml
 
-from disttrain.builders import JobRef, desired_pod_keys
 from disttrain.constants import KIND
 from disttrain.desired import job_pod, supporting_objects
 from disttrain.mpi import SSHKeys
+from disttrain.objects import JobRef
+from disttrain.pods import desired_pod_keys
 from disttrain.spec import parse_spec
 
 # `render` shows where the key goes, never a real key: the operator makes one per job.

@@ -54,9 +54,17 @@ class LauncherStart(StrEnum):
     IMMEDIATELY = "Immediately"
 
 
+class ReplicaType(StrEnum):
+    CHIEF = "chief"
+    PS = "ps"
+    WORKER = "worker"
+    EVALUATOR = "evaluator"
+    LAUNCHER = "launcher"
+
+
 # Replica types in the order they appear in TF_CONFIG, status and `disttrain render`.
-TF_REPLICA_TYPES = ("chief", "ps", "worker", "evaluator")
-MPI_REPLICA_TYPES = ("launcher", "worker")
+TF_REPLICA_TYPES = (ReplicaType.CHIEF, ReplicaType.PS, ReplicaType.WORKER, ReplicaType.EVALUATOR)
+MPI_REPLICA_TYPES = (ReplicaType.LAUNCHER, ReplicaType.WORKER)
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ class ReplicaSpec:
 
 @dataclass(frozen=True)
 class TensorFlowSpec:
-    replicas: Mapping[str, ReplicaSpec]  # only the types the job has, with replicas > 0
+    replicas: Mapping[str, ReplicaSpec]  # by ReplicaType: only the types the job has, with replicas > 0
     port: int = defaults.TF_PORT
     success_policy: SuccessPolicy = SuccessPolicy(defaults.TF_SUCCESS_POLICY)
 
@@ -84,7 +92,7 @@ class MPISpec:
 
     @property
     def replicas(self) -> Mapping[str, ReplicaSpec]:
-        return {"launcher": self.launcher, "worker": self.worker}
+        return {ReplicaType.LAUNCHER: self.launcher, ReplicaType.WORKER: self.worker}
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,7 @@ class JobSpec:
 
     @property
     def num_workers(self) -> int:
-        worker = self.replicas.get("worker")
+        worker = self.replicas.get(ReplicaType.WORKER)
         return worker.replicas if worker else 0
 
     @property
@@ -132,11 +140,10 @@ class JobSpec:
 
 
 class SpecError(ValueError):
-    """A spec the operator can't run; `field` names the offending field for the user."""
+    """A spec the operator can't run; the message starts with the offending field."""
 
     def __init__(self, field_path: str, message: str) -> None:
         super().__init__(f"{field_path}: {message}")
-        self.field = field_path
 
 
 def parse_replica(raw: Mapping[str, Any] | None) -> ReplicaSpec | None:
@@ -162,9 +169,17 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
     tf_raw, mpi_raw = spec.get("tensorflow"), spec.get("mpi")
     if (tf_raw is None) == (mpi_raw is None):
         raise SpecError("spec", "exactly one of spec.tensorflow or spec.mpi must be set")
+    run_policy = parse_run_policy(spec)
+    if tf_raw is not None:
+        return JobSpec(Framework.TENSORFLOW, parse_tensorflow(tf_raw), None, run_policy)
+    assert mpi_raw is not None
+    return JobSpec(Framework.MPI, None, parse_mpi(mpi_raw), run_policy)
+
+
+def parse_run_policy(spec: Mapping[str, Any]) -> RunPolicy:
     run_raw = spec.get("runPolicy") or {}
     sched_raw = run_raw.get("scheduling") or {}
-    run_policy = RunPolicy(
+    return RunPolicy(
         restart_scope=RestartScope(run_raw.get("restartScope") or default_restart_scope(spec)),
         backoff_limit=int(run_raw.get("backoffLimit", defaults.BACKOFF_LIMIT)),
         active_deadline_seconds=_opt_int(run_raw.get("activeDeadlineSeconds")),
@@ -178,39 +193,39 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
             priority_class_name=sched_raw.get("priorityClassName"),
         ),
     )
-    if tf_raw is not None:
-        replicas = {}
-        for rtype in TF_REPLICA_TYPES:
-            replica = parse_replica(tf_raw.get(rtype))
-            if replica is not None and replica.replicas > 0:
-                replicas[rtype] = replica
-        if "chief" not in replicas and "worker" not in replicas:
-            raise SpecError("spec.tensorflow", "needs at least one chief or worker replica")
-        tf = TensorFlowSpec(
-            replicas=replicas,
-            port=int(tf_raw.get("port", defaults.TF_PORT)),
-            success_policy=SuccessPolicy(tf_raw.get("successPolicy", defaults.TF_SUCCESS_POLICY)),
-        )
-        return JobSpec(Framework.TENSORFLOW, tf, None, run_policy)
 
-    assert mpi_raw is not None
+
+def parse_tensorflow(tf_raw: Mapping[str, Any]) -> TensorFlowSpec:
+    replicas: dict[str, ReplicaSpec] = {}
+    for rtype in TF_REPLICA_TYPES:
+        replica = parse_replica(tf_raw.get(rtype))
+        if replica is not None and replica.replicas > 0:
+            replicas[rtype] = replica
+    if ReplicaType.CHIEF not in replicas and ReplicaType.WORKER not in replicas:
+        raise SpecError("spec.tensorflow", "needs at least one chief or worker replica")
+    return TensorFlowSpec(
+        replicas=replicas,
+        port=int(tf_raw.get("port", defaults.TF_PORT)),
+        success_policy=SuccessPolicy(tf_raw.get("successPolicy", defaults.TF_SUCCESS_POLICY)),
+    )
+
+
+def parse_mpi(mpi_raw: Mapping[str, Any]) -> MPISpec:
     launcher = parse_replica(mpi_raw.get("launcher"))
     worker = parse_replica(mpi_raw.get("worker"))
     if launcher is None:
         raise SpecError("spec.mpi.launcher", "an MPI job needs a launcher")
     if worker is None or worker.replicas < 1:
         raise SpecError("spec.mpi.worker.replicas", "an MPI job needs at least one worker")
-    # The launcher is one pod, whatever `replicas` says (the schema allows only 1).
-    launcher = ReplicaSpec(1, launcher.restart_policy, launcher.template)
-    mpi = MPISpec(
-        launcher=launcher,
+    return MPISpec(
+        # The launcher is one pod, whatever `replicas` says (the schema allows only 1).
+        launcher=ReplicaSpec(1, launcher.restart_policy, launcher.template),
         worker=worker,
         implementation=MPIImplementation(mpi_raw.get("implementation", defaults.MPI_IMPLEMENTATION)),
         slots_per_worker=_opt_int(mpi_raw.get("slotsPerWorker")),
         ssh_auth_mount_path=mpi_raw.get("sshAuthMountPath", defaults.MPI_SSH_AUTH_MOUNT_PATH),
         launcher_start=LauncherStart(mpi_raw.get("launcherStart", defaults.MPI_LAUNCHER_START)),
     )
-    return JobSpec(Framework.MPI, None, mpi, run_policy)
 
 
 def _opt_int(value: Any) -> int | None:

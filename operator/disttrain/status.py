@@ -26,7 +26,9 @@ class Phase(StrEnum):
 
 
 FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
-# The conditions a job can carry; each phase has one of the same name.
+# The conditions a job can carry. Created is True once every pod of the current attempt exists;
+# each of the others belongs to the phase of the same name (Pending has none: it is the absence
+# of the rest).
 CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 
 
@@ -35,9 +37,11 @@ def timestamp(moment: datetime.datetime) -> str:
 
 
 def parse_timestamp(value: str | None) -> datetime.datetime | None:
+    """An RFC 3339 time as the API server writes it, fractional seconds (MicroTime) included."""
     if not value:
         return None
-    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    parsed = datetime.datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
 
 
 def replica_statuses(spec: JobSpec, pods: Iterable[ObservedPod]) -> dict[str, dict[str, int]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support import CRD_FILE, ROOT, Cluster, OperatorProcess, wait_for
+from support import CRD_FILE, ROOT, Cluster, OperatorProcess, wait_for, wait_namespace_ready
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +22,7 @@ def cluster() -> Iterator[Cluster]:
     from localcluster import LocalCluster
 
     with LocalCluster(root=ROOT / ".cache" / "test-cluster") as local:
-        yield Cluster(kubeconfig=local.kubeconfig)
+        yield Cluster(kubeconfig=local.kubeconfig, local=local)
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +46,6 @@ def operator(crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def namespace(cluster: Cluster) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.core.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: cluster.core.list_namespaced_service_account(name).items, 30, f"default SA in {name}")
+    wait_namespace_ready(cluster, name)
     yield name
     cluster.core.delete_namespace(name)

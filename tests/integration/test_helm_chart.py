@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from manifests import mpi_job, mwms_job
-from support import CRD_FILE, ROOT, Cluster, OperatorProcess, wait_for, wait_pods_running
+from support import CRD_FILE, ROOT, Cluster, OperatorProcess, wait_for, wait_namespace_ready, wait_pods_running
 
 CHART = ROOT / "charts" / "disttrain-operator"
 HELM = ROOT / ".cache" / "bin" / "helm"
@@ -125,7 +125,7 @@ def test_watch_namespaces_leaves_other_namespaces_alone(cluster: Cluster, tmp_pa
     chart_operator = run_operator_as_chart(cluster, tmp_path, release_ns, "--namespace", watched)
     try:
         for ns in (watched, other):
-            wait_for(lambda n=ns: cluster.core.list_namespaced_service_account(n).items, 30)
+            wait_namespace_ready(cluster, ns)
             cluster.apply(mwms_job("scoped", workers=1), ns)
         wait_pods_running(cluster, watched, "scoped", 1)
         cluster.wait_phase(watched, "scoped", "Running")

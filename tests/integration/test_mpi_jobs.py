@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import time
 
 import pytest
 
@@ -20,9 +19,11 @@ def test_mpi_job_hostfile_gating_success(cluster: Cluster, namespace: str) -> No
     wait_for(lambda: len(pod_names(cluster, namespace, "hvd")) == 4, 30, "4 workers created")
     hostfile = wait_for(lambda: cluster.core.read_namespaced_config_map("hvd-mpi", namespace).data, 30)["hostfile"]
     assert hostfile.splitlines() == [f"hvd-worker-{i}.hvd.{namespace}.svc slots=2" for i in range(4)]
-    time.sleep(2)
+    # The operator has judged the unready workers once it says so; only then is "no launcher" a verdict.
+    status = wait_for(lambda: (s := cluster.job_status(namespace, "hvd")).get("reason") == "WaitingForWorkers"
+                      and s, 30, "the job to say it waits for its workers")
+    assert status["phase"] == "Pending" and status["message"].startswith("0/4 workers Ready")
     assert "hvd-launcher" not in pod_names(cluster, namespace, "hvd"), "launcher before the workers are Ready"
-    assert cluster.job_status(namespace, "hvd")["phase"] == "Pending"
 
     cluster.core.patch_node(node, {"metadata": {"labels": {"pool": f"late-{namespace}"}}})
     try:
@@ -79,8 +80,9 @@ def test_ssh_secrets_differ_per_job_and_stay_out_of_logs(cluster: Cluster, names
                                                          operator: OperatorProcess) -> None:
     for name in ("alpha", "beta"):
         cluster.apply(mpi_job(name, workers=1, gpus=0), namespace)
-    secrets = {name: wait_for(lambda n=name: cluster.core.read_namespaced_secret(f"{n}-ssh", namespace).data, 30)
-               for name in ("alpha", "beta")}
+    def secret_data(name: str) -> dict[str, str]:
+        return wait_for(lambda: cluster.core.read_namespaced_secret(f"{name}-ssh", namespace).data, 30)
+    secrets = {name: secret_data(name) for name in ("alpha", "beta")}
     keys = {n: base64.b64decode(s["id_ed25519"]).decode() for n, s in secrets.items()}
     assert keys["alpha"] != keys["beta"]
     assert base64.b64decode(secrets["alpha"]["authorized_keys"]) != base64.b64decode(secrets["beta"]["authorized_keys"])

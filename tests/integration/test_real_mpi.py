@@ -37,9 +37,9 @@ from typing import IO, Any
 import pytest
 
 from disttrain import mpi
-from disttrain.builders import JobRef, PodKey
 from disttrain.desired import job_pod, supporting_objects
 from disttrain.naming import pod_fqdn, pod_name
+from disttrain.objects import JobRef, PodKey
 from disttrain.spec import parse_spec
 
 pytestmark = pytest.mark.mpi

@@ -49,8 +49,14 @@ def start(name: str, config: dict[str, Any], workdir: Path, script: Path, steps:
     env = {**os.environ, "TF_CONFIG": json.dumps(config), "RESULT_FILE": str(workdir / f"{name}.json"),
            "CHECKPOINT_DIR": str(workdir / "ckpt"), "TRAIN_STEPS": str(steps), "TF_CPP_MIN_LOG_LEVEL": "2",
            "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 - the child writes to it
-    return subprocess.Popen([str(TF_PYTHON), str(script)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(workdir / f"{name}.log", "wb") as log:
+        return subprocess.Popen([str(TF_PYTHON), str(script)], env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop_all(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    for p in procs.values():
+        p.kill()
+        p.wait()
 
 
 def wait_exit(procs: dict[str, subprocess.Popen[bytes]], names: list[str], workdir: Path, timeout: float) -> None:
@@ -60,8 +66,7 @@ def wait_exit(procs: dict[str, subprocess.Popen[bytes]], names: list[str], workd
         except subprocess.TimeoutExpired:
             code = None
         if code != 0:
-            for p in procs.values():
-                p.kill()
+            stop_all(procs)
             logs = "\n".join(f"--- {n}\n{(workdir / f'{n}.log').read_text()[-3000:]}" for n in procs)
             raise AssertionError(f"{name} exited with {code}\n{logs}")
 
@@ -101,8 +106,7 @@ def test_parameter_server_trains_with_our_tf_config(cluster: Cluster, namespace:
         for name in ("pstf-ps-0", "pstf-worker-0", "pstf-worker-1"):
             assert procs[name].poll() is None, f"{name} should still be serving (server.join())"
     finally:
-        for p in procs.values():
-            p.kill()
+        stop_all(procs)
     chief = result(tmp_path, "pstf-chief-0")
     assert chief["loss"][-1] < chief["untrained_loss"] / 2, "the model learned"
     evaluator = result(tmp_path, "pstf-evaluator-0")
@@ -122,8 +126,7 @@ def test_tf1_between_graph_trains_with_our_tf_config(cluster: Cluster, namespace
         wait_exit(procs, ["tf1-worker-0", "tf1-worker-1"], tmp_path, timeout=300)
         assert procs["tf1-ps-0"].poll() is None, "the ps serves until deleted"
     finally:
-        for p in procs.values():
-            p.kill()
+        stop_all(procs)
     losses = result(tmp_path, "tf1-worker-0")["loss"]
     assert losses and losses[-1] < losses[0]
     cluster.finish_pod(namespace, "tf1-worker-0", 0)

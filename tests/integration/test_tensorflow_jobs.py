@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from functools import partial
+from typing import Any
 
 import pytest
 
@@ -10,6 +12,10 @@ from manifests import mwms_job, ps_job, replica, tf_job
 from support import Cluster, OperatorProcess, pod_names, tf_config, wait_for, wait_pods_running
 
 pytestmark = pytest.mark.usefixtures("operator")
+
+
+def has_reason(reason: str, event: Any) -> bool:
+    return bool(event.reason == reason)
 
 
 def get_columns(cluster: Cluster, ns: str, job: str) -> dict[str, str]:
@@ -39,7 +45,7 @@ def test_mwms_job_runs_to_success(cluster: Cluster, namespace: str) -> None:
     cols = get_columns(cluster, namespace, "mwms")
     assert (cols["PHASE"], cols["RESTARTS"]) == ("Succeeded", "0")
     for reason in ("AllPodsRunning", "JobSucceeded"):
-        cluster.wait_event(namespace, "mwms", lambda e, r=reason: e.reason == r, f"event {reason}")
+        cluster.wait_event(namespace, "mwms", partial(has_reason, reason), f"event {reason}")
 
 
 def test_ps_job_succeeds_and_ps_evaluator_are_deleted(cluster: Cluster, namespace: str) -> None:
@@ -66,7 +72,7 @@ def test_exit_137_restarts_whole_job_then_succeeds(cluster: Cluster, namespace: 
     cluster.wait_phase(namespace, "retry", "Running")
     cluster.finish_pod(namespace, "retry-worker-1", 137)
 
-    def recreated() -> dict | None:
+    def recreated() -> dict[str, str] | None:
         pods = wait_pods_running(cluster, namespace, "retry", 3)
         uids = {p.metadata.name: p.metadata.uid for p in pods}
         return uids if all(uids[n] != before[n] for n in before) else None
@@ -87,7 +93,7 @@ def test_exit_137_with_ps_restarts_only_that_pod(cluster: Cluster, namespace: st
     cluster.wait_phase(namespace, "podscope", "Running")
     cluster.finish_pod(namespace, "podscope-worker-1", 137)
 
-    def replaced() -> dict | None:
+    def replaced() -> dict[str, str] | None:
         uids = {p.metadata.name: p.metadata.uid for p in wait_pods_running(cluster, namespace, "podscope", 7)}
         return uids if uids["podscope-worker-1"] != before["podscope-worker-1"] else None
     after = wait_for(replaced, 30, "worker 1 replaced")
@@ -186,7 +192,9 @@ def test_operator_restart_mid_job(cluster: Cluster, namespace: str, operator: Op
         # Things happen while it is down: the workers and chief finish.
         for i in range(3):
             cluster.finish_pod(namespace, f"survivor-worker-{i}", 0)
-        time.sleep(1)
+        workers = "disttrain.dev/job-name=survivor,disttrain.dev/replica-type=worker"
+        wait_for(lambda: all(p.status.phase == "Succeeded" for p in cluster.pods(namespace, workers)), 30,
+                 "the workers to finish while the operator is down")
     finally:
         operator.start()
     cluster.finish_pod(namespace, "survivor-chief-0", 0)

@@ -9,29 +9,31 @@ from typing import Any
 import pytest
 import yaml
 
+import manifests
 from manifests import mwms_job, ps_job, replica
 from support import Cluster
 
 Job = dict[str, Any]
 
 
-def edit(base: Callable[[], Job], change: Callable[[Job], None]) -> Job:
+def edit(base: Callable[[], Job], change: Callable[[Job], object]) -> Job:
     job = copy.deepcopy(base())
     change(job)
     return job
 
 
 def tf(job: Job) -> Job:
-    return job["spec"]["tensorflow"]
+    tensorflow: Job = job["spec"]["tensorflow"]
+    return tensorflow
 
 
 def mpi_job() -> Job:
-    return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob", "metadata": {"name": "hvd"},
-            "spec": {"mpi": {"launcher": replica(1, "Never"), "worker": replica(2, "Never", gpus=2)}}}
+    return manifests.mpi_job("hvd", workers=2, gpus=2, worker_policy="Never")
 
 
 def container(job: Job, rtype: str = "worker") -> dict[str, Any]:
-    return job["spec"]["tensorflow"][rtype]["template"]["spec"]["containers"][0]
+    first: dict[str, Any] = tf(job)[rtype]["template"]["spec"]["containers"][0]
+    return first
 
 
 INVALID: dict[str, tuple[Job, list[str]]] = {

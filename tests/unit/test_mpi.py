@@ -9,8 +9,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from disttrain import mpi
-from disttrain.builders import JobRef, PodKey
 from disttrain.desired import job_pod, supporting_objects
+from disttrain.objects import JobRef, PodKey
 from disttrain.spec import MPISpec, parse_spec
 
 REF = JobRef("hvd", "ml", "uid-9")

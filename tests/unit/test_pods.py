@@ -1,27 +1,30 @@
-"""TF_CONFIG, env and pod shape for the TensorFlow half of api.md."""
+"""TF_CONFIG, env and pod shape for the TensorFlow half of docs/api.md."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from jobs import container, replica, tf_job
 
-from disttrain.builders import JobRef, PodKey, desired_pod, desired_pod_keys, desired_service, omp_num_threads
+from disttrain.desired import job_pod, supporting_objects
+from disttrain.objects import JobRef, PodKey
+from disttrain.pods import desired_pod_keys, omp_num_threads
 from disttrain.spec import RestartScope, parse_spec
+from manifests import container, replica, tf_job
 
 REF = JobRef("mnist", "ml", "uid-1")
 
 
-def env_of(pod: dict) -> dict[str, str]:
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
 
 
 def test_ps_job_tf_config() -> None:
     spec = parse_spec(tf_job(chief=replica(1), ps=replica(2), worker=replica(3), evaluator=replica(1))["spec"])
-    pod = desired_pod(REF, spec, PodKey("worker", 2))
+    pod = job_pod(REF, spec, PodKey("worker", 2))
     config = json.loads(env_of(pod)["TF_CONFIG"])
     assert config["task"] == {"type": "worker", "index": 2}
     assert config["environment"] == "cloud"
@@ -30,14 +33,14 @@ def test_ps_job_tf_config() -> None:
         "ps": ["mnist-ps-0.mnist.ml.svc:2222", "mnist-ps-1.mnist.ml.svc:2222"],
         "worker": [f"mnist-worker-{i}.mnist.ml.svc:2222" for i in range(3)],
     }
-    evaluator = json.loads(env_of(desired_pod(REF, spec, PodKey("evaluator", 0)))["TF_CONFIG"])
+    evaluator = json.loads(env_of(job_pod(REF, spec, PodKey("evaluator", 0)))["TF_CONFIG"])
     assert evaluator["task"] == {"type": "evaluator", "index": 0}
     assert "evaluator" not in evaluator["cluster"]
 
 
 def test_pod_identity_and_wiring() -> None:
-    spec = parse_spec(tf_job(worker=replica(4, "ExitCode"))["spec"])
-    pod = desired_pod(REF, spec, PodKey("worker", 3))
+    spec = parse_spec(tf_job(worker=replica(4, "ExitCode", labels={"team": "ml"}, cpu=None))["spec"])
+    pod = job_pod(REF, spec, PodKey("worker", 3))
     meta = pod["metadata"]
     assert meta["name"] == "mnist-worker-3"
     assert meta["labels"] == {"team": "ml", "disttrain.dev/job-name": "mnist",
@@ -60,7 +63,7 @@ def test_user_env_wins_and_template_is_not_mutated() -> None:
     job["spec"]["tensorflow"]["worker"]["template"]["spec"]["containers"][0]["env"] = [
         {"name": "OMP_NUM_THREADS", "value": "7"}]
     spec = parse_spec(job["spec"])
-    pod = desired_pod(REF, spec, PodKey("worker", 0))
+    pod = job_pod(REF, spec, PodKey("worker", 0))
     assert env_of(pod)["OMP_NUM_THREADS"] == "7"
     assert job["spec"]["tensorflow"]["worker"]["template"]["spec"]["containers"][0]["env"] == [
         {"name": "OMP_NUM_THREADS", "value": "7"}]
@@ -74,14 +77,14 @@ def test_omp_num_threads_follows_cpu_limit(cpu: str | None, threads: int | None)
 def test_gpu_limits_pass_through_and_scheduling_applies() -> None:
     job = tf_job(worker=replica(2, gpus=4), run_policy={"scheduling": {"schedulerName": "volcano",
                                                                       "priorityClassName": "high"}})
-    pod = desired_pod(REF, parse_spec(job["spec"]), PodKey("worker", 0))
+    pod = job_pod(REF, parse_spec(job["spec"]), PodKey("worker", 0))
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
     assert pod["spec"]["schedulerName"] == "volcano"
     assert pod["spec"]["priorityClassName"] == "high"
 
 
 def test_headless_service_publishes_unready_pods() -> None:
-    svc = desired_service(REF, parse_spec(tf_job(worker=replica(2))["spec"]))
+    svc = supporting_objects(REF, parse_spec(tf_job(worker=replica(2))["spec"]), None)[0]
     assert svc["metadata"]["name"] == "mnist"
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
@@ -101,8 +104,8 @@ def test_every_task_sees_the_same_cluster(workers: int, ps: int, chief: int) -> 
     replicas = {"worker": replica(workers), "ps": replica(ps)}
     if chief:
         replicas["chief"] = replica(1)
-    spec = parse_spec(tf_job(**replicas)["spec"])
-    configs = [json.loads(env_of(desired_pod(REF, spec, key))["TF_CONFIG"]) for key in desired_pod_keys(spec)]
+    spec = parse_spec(tf_job("mnist", None, **replicas)["spec"])
+    configs = [json.loads(env_of(job_pod(REF, spec, key))["TF_CONFIG"]) for key in desired_pod_keys(spec)]
     assert len(configs) == workers + ps + chief
     assert all(c["cluster"] == configs[0]["cluster"] for c in configs)
     assert len(configs[0]["cluster"]["worker"]) == workers

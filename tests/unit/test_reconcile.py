@@ -1,17 +1,17 @@
-"""The lifecycle rules of api.md, on the pure reconcile: pods in, plan out."""
+"""The lifecycle rules of docs/api.md, on the pure reconcile: pods in, plan out."""
 
 from __future__ import annotations
 
 import datetime
 from typing import Any
 
-from jobs import replica, tf_job
-
-from disttrain.builders import JobRef
 from disttrain.mpi import generate_ssh_keys
+from disttrain.objects import JobRef
 from disttrain.observed import ObservedPod, observe_pod
-from disttrain.reconcile import JobState, Plan, reconcile
+from disttrain.plan import Plan
+from disttrain.reconcile import JobState, reconcile
 from disttrain.spec import parse_spec
+from manifests import replica, tf_job
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
 
@@ -21,9 +21,10 @@ def state(job: dict[str, Any], status: dict[str, Any] | None = None) -> JobState
 
 
 def pod(rtype: str, index: int, phase: str = "Running", *, ready: bool | None = None, exit_code: int | None = None,
-        restarts: int = 0, terminating: bool = False) -> ObservedPod:
-    return ObservedPod(name=f"mnist-{rtype}-{index}", uid=f"uid-{rtype}-{index}", replica_type=rtype, index=index,
-                       phase=phase, ready=phase == "Running" if ready is None else ready, terminating=terminating,
+        restarts: int = 0, terminating: bool = False, owner: str = "uid-1") -> ObservedPod:
+    return ObservedPod(name=f"mnist-{rtype}-{index}", uid=f"{owner}-{rtype}-{index}", owner_uid=owner,
+                       replica_type=rtype, index=index, phase=phase,
+                       ready=phase == "Running" if ready is None else ready, terminating=terminating,
                        exit_code=exit_code, reason=None, container_restarts=restarts)
 
 
@@ -224,3 +225,28 @@ def test_mpi_launcher_waits_for_ready_workers_and_says_so() -> None:
     assert plan.status["message"].startswith("1/2 workers Ready; the launcher starts when all are")
     ready = step(job, [pod("worker", 0), pod("worker", 1)], plan.status)
     assert [o["metadata"]["name"] for o in ready.create if o["kind"] == "Pod"] == ["mnist-launcher"]
+
+
+def test_pods_of_an_earlier_job_of_the_same_name_never_count_and_are_waited_out() -> None:
+    # The earlier job's chief succeeded; garbage collection hasn't removed its pods yet.
+    old = [pod("chief", 0, "Succeeded", owner="uid-old"), pod("worker", 1, owner="uid-old"),
+           pod("ps", 0, terminating=True, owner="uid-old")]
+    plan = step(PS, old)
+    assert plan.status["phase"] == "Pending", "an earlier job's chief decides nothing for this one"
+    assert not plan.create, "this job's pods start together once the names are free"
+    assert plan.status["reason"] == "WaitingForPreviousJob"
+    assert plan.status["message"] == ("pods mnist-chief-0, mnist-ps-0, mnist-worker-1 of an earlier DistTrainJob "
+                                      "named mnist are still being deleted; this job's pods are created once they "
+                                      "are gone")
+    assert plan.status["ready"] == "0/7" and plan.status["restarts"] == 0
+    fresh = step(PS, [], plan.status)
+    assert len([o for o in fresh.create if o["kind"] == "Pod"]) == 7
+
+
+def test_an_earlier_jobs_pod_going_away_is_no_failure_of_this_one() -> None:
+    own = [pod("worker", i) for i in range(4)]
+    status = {"phase": "Running", "startTime": "2026-11-22T11:59:00Z"}
+    first = step(MWMS, own, status)
+    gone = step(MWMS, [*own, pod("worker", 2, "Failed", exit_code=137, terminating=True, owner="uid-old")],
+                first.status)
+    assert gone.status == first.status and not gone.delete and not gone.events

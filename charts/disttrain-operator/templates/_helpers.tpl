@@ -38,12 +38,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete]
+# get: only when a create finds the name taken, to see whose object is there (an earlier job's
+# is waited out; anything else's fails the job).
 - apiGroups: [""]
   resources: [services, secrets]
-  verbs: [create]
+  verbs: [create, get]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [create, patch]
+  verbs: [create, get, patch]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]

@@ -1,0 +1,82 @@
+"""Failure policy: which failed pods are retried, how, and when the job has had enough.
+
+A replica's restartPolicy decides whether its failed pod may be replaced (`is_retryable`);
+runPolicy.restartScope whether the pod alone or the whole job is recreated; runPolicy.backoffLimit
+how many restarts (the operator's and the kubelet's together) the job may use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from disttrain.observed import ObservedPod
+from disttrain.reasons import Reason
+from disttrain.spec import JobSpec, RestartPolicy, RestartScope
+
+
+def is_retryable(policy: RestartPolicy, exit_code: int | None) -> bool:
+    """Whether a failed pod may be replaced. With ExitCode, 128+ means the process was killed
+    (a signal, OOM, eviction): worth a retry; 1-127 is the program's own verdict. A pod that
+    failed with no exit code at all (evicted, node lost) counts as killed."""
+    if policy is RestartPolicy.NEVER:
+        return False
+    if policy is RestartPolicy.EXIT_CODE:
+        return exit_code is None or exit_code >= 128
+    # OnFailure / Always: the kubelet restarts containers; a pod that fails anyway was evicted.
+    return True
+
+
+def describe_failure(pod: ObservedPod) -> str:
+    how = f"exited with code {pod.exit_code}" if pod.exit_code is not None else "failed"
+    why = f" ({pod.reason})" if pod.reason else ""
+    return f"{pod.replica_type} {pod.index} (pod {pod.name}) {how}{why}"
+
+
+def fatal_failure(spec: JobSpec, failed: Sequence[ObservedPod]) -> str | None:
+    """The message of the first failure its replica's restartPolicy does not retry, if any."""
+    for pod in failed:
+        policy = spec.replicas[pod.replica_type].restart_policy
+        if not is_retryable(policy, pod.exit_code):
+            rule = "does not retry exit codes 1-127" if policy is RestartPolicy.EXIT_CODE else "does not retry"
+            return f"{describe_failure(pod)}; restartPolicy {policy.value} {rule}"
+    return None
+
+
+@dataclass(frozen=True)
+class Restart:
+    """What to do about retryable failures: restart (`give_up` False) or fail the job."""
+
+    give_up: bool
+    reason: Reason
+    message: str
+    restarts: int  # operator restarts counted after this decision
+    whole_job: bool
+
+
+def restart(spec: JobSpec, restarts_so_far: int, kubelet_restarts: int,
+            failed: Sequence[ObservedPod], lost: Sequence[str]) -> Restart | None:
+    """The decision for pods that failed retryably or were deleted from under a running job
+    (`lost`, by name); None when there are none."""
+    if not failed and not lost:
+        return None
+    run = spec.run_policy
+    whole_job = run.restart_scope is RestartScope.JOB
+    added = 1 if whole_job else len(failed) + len(lost)
+    what = describe_failure(failed[0]) if failed else f"pod {lost[0]} was deleted"
+    if restarts_so_far + kubelet_restarts + added > run.backoff_limit:
+        return Restart(True, Reason.BACKOFF_LIMIT_EXCEEDED,
+                       f"{what}, and the job has used all {run.backoff_limit} restarts of runPolicy.backoffLimit",
+                       restarts_so_far, whole_job)
+    scope = "the whole job" if whole_job else "the pod"
+    return Restart(False, Reason.POD_FAILED if failed else Reason.POD_DELETED,
+                   f"{what}; restarting {scope} (restart {restarts_so_far + added} of {run.backoff_limit})",
+                   restarts_so_far + added, whole_job)
+
+
+def kubelet_backoff_exceeded(spec: JobSpec, restarts_so_far: int, kubelet_restarts: int) -> str | None:
+    """Containers the kubelet restarts (OnFailure / Always) count toward backoffLimit too."""
+    limit = spec.run_policy.backoff_limit
+    if restarts_so_far + kubelet_restarts > limit:
+        return f"containers restarted {kubelet_restarts} times, more than runPolicy.backoffLimit ({limit})"
+    return None

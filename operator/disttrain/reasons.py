@@ -1,0 +1,37 @@
+"""Every reason the operator gives: in `status.reason`, in conditions, on events, in metrics.
+
+One enum, so a reason a user reads in `kubectl describe` is the one a dashboard counts. docs/api.md
+lists them with their meaning.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    # The job moves forward.
+    PODS_CREATED = "PodsCreated"
+    ALL_PODS_RUNNING = "AllPodsRunning"
+    JOB_SUCCEEDED = "JobSucceeded"
+    JOB_SUSPENDED = "JobSuspended"
+    JOB_RESUMED = "JobResumed"
+    # The job waits, and says for what.
+    WAITING_FOR_WORKERS = "WaitingForWorkers"
+    WAITING_FOR_PREVIOUS_JOB = "WaitingForPreviousJob"
+    # The job restarts (pods or the whole job recreated; counted toward backoffLimit).
+    POD_FAILED = "PodFailed"
+    POD_DELETED = "PodDeleted"
+    PODS_NOT_RUNNING = "PodsNotRunning"
+    # The job fails.
+    REPLICA_FAILED = "ReplicaFailed"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    INVALID_SPEC = "InvalidSpec"
+    INVALID_POD_TEMPLATE = "InvalidPodTemplate"
+    OBJECT_NOT_OWNED = "ObjectNotOwned"
+
+
+FAILURES = frozenset({Reason.REPLICA_FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, Reason.DEADLINE_EXCEEDED,
+                      Reason.INVALID_SPEC, Reason.INVALID_POD_TEMPLATE, Reason.OBJECT_NOT_OWNED})
+RESTARTS = frozenset({Reason.POD_FAILED, Reason.POD_DELETED})

@@ -1,0 +1,66 @@
+"""What a pod template asks for: GPUs and CPUs, read one way everywhere."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+# The quantity parser of the Kubernetes Python library (pure: no client is made).
+from kubernetes.utils.quantity import parse_quantity
+
+from disttrain.constants import GPU_RESOURCE
+
+
+def containers(template: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((template.get("spec") or {}).get("containers") or [])
+
+
+def container_gpus(container: Mapping[str, Any]) -> int:
+    """The container's nvidia.com/gpu: its limit, else its request (extended resources must have
+    equal ones when both are set), else 0."""
+    resources = container.get("resources") or {}
+    for amounts in (resources.get("limits") or {}, resources.get("requests") or {}):
+        if GPU_RESOURCE in amounts:
+            return int(parse_quantity(amounts[GPU_RESOURCE]))
+    return 0
+
+
+def template_gpus(template: Mapping[str, Any]) -> int:
+    """GPUs a pod made from `template` asks for: the sum over its containers."""
+    return sum(container_gpus(c) for c in containers(template))
+
+
+def cpu_limit_cores(container: Mapping[str, Any]) -> int | None:
+    """The container's CPU limit rounded down, at least 1; None when it has no limit."""
+    cpu = ((container.get("resources") or {}).get("limits") or {}).get("cpu")
+    if cpu is None:
+        return None
+    cores: Decimal = parse_quantity(cpu)
+    return max(1, math.floor(cores))
+
+
+def pod_requests(template: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What a pod from `template` asks the scheduler for, per resource, as the scheduler counts
+    it: the sum of its containers' requests (a limit stands for a missing request), or the
+    largest init container's request if that is more."""
+    total = _sum(_requests(c) for c in containers(template))
+    for init in (template.get("spec") or {}).get("initContainers") or []:
+        for name, amount in _requests(init).items():
+            total[name] = max(total.get(name, Decimal(0)), amount)
+    return total
+
+
+def _requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+    resources = container.get("resources") or {}
+    merged = dict(resources.get("limits") or {}) | dict(resources.get("requests") or {})
+    return {name: parse_quantity(amount) for name, amount in merged.items()}
+
+
+def _sum(amounts: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = {}
+    for each in amounts:
+        for name, amount in each.items():
+            total[name] = total.get(name, Decimal(0)) + amount
+    return total

@@ -1,0 +1,65 @@
+"""A job's children are its own by UID, not by name.
+
+`kubectl delete` of a job and `kubectl apply` of the same file at once: until garbage collection
+removes the old job's pods, Service, ConfigMap and Secret (seconds on a busy cluster; here the
+controller-manager is paused to make it so), the new job must count none of them, wait for its
+names to be free, and then run with pods of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from manifests import mpi_job, replica, tf_job
+from support import Cluster, wait_for, wait_pods_running
+
+pytestmark = pytest.mark.usefixtures("operator")
+ROUNDS = 3
+
+
+def chief_job(name: str) -> dict[str, Any]:
+    return tf_job(name, None, chief=replica(1), worker=replica(2))
+
+
+def owner_uids(cluster: Cluster, ns: str, job: str) -> set[str]:
+    return {ref.uid for p in cluster.pods(ns, f"disttrain.dev/job-name={job}") for ref in p.metadata.owner_references}
+
+
+def job_uid(cluster: Cluster, ns: str, name: str) -> str:
+    return str(cluster.job(ns, name)["metadata"]["uid"])
+
+
+@pytest.mark.parametrize(("kind", "make", "pods", "decider"), [
+    ("tensorflow", chief_job, 3, "chief-0"), ("mpi", lambda n: mpi_job(n, workers=2, gpus=1), 3, "launcher")])
+def test_delete_and_apply_again_at_once(cluster: Cluster, namespace: str, kind: str, make: Any, pods: int,
+                                        decider: str) -> None:
+    name = f"again-{kind}"
+    decider_pod = f"{name}-{decider}"
+    cluster.apply(make(name), namespace)
+    for attempt in range(ROUNDS):
+        wait_pods_running(cluster, namespace, name, pods, timeout=60)
+        cluster.finish_pod(namespace, decider_pod, 0)
+        cluster.wait_phase(namespace, name, "Succeeded")
+        old = job_uid(cluster, namespace, name)
+        with cluster.paused("kube-controller-manager"):  # garbage collection held back
+            cluster.kubectl("delete", "dtj", name, "-n", namespace, "--wait=false")
+            wait_for(lambda: "NotFound" in cluster.kubectl("get", "dtj", name, "-n", namespace, check=False).stderr,
+                     10, "the old job gone")
+            cluster.apply(make(name), namespace)
+            new = wait_for(lambda: job_uid(cluster, namespace, name), 10, "the new job")
+            assert new != old
+            # The operator has judged the new job once it says what it waits for.
+            status = wait_for(lambda: (s := cluster.job_status(namespace, name)).get("reason") and s, 15,
+                              "the new job's status")
+            assert status["phase"] == "Pending", f"round {attempt}: {status}"
+            assert owner_uids(cluster, namespace, name) == {old}, "no pod of the new job while the old ones live"
+            assert status["reason"] == "WaitingForPreviousJob", status
+            assert decider_pod in status["message"]
+        pods_now = wait_pods_running(cluster, namespace, name, pods, timeout=60)
+        assert {ref.uid for p in pods_now for ref in p.metadata.owner_references} == {new}
+        assert cluster.job_status(namespace, name)["restarts"] == 0
+    if kind == "mpi":
+        secret = cluster.core.read_namespaced_secret(f"{name}-ssh", namespace)
+        assert secret.metadata.owner_references[0].uid == job_uid(cluster, namespace, name)

@@ -1,0 +1,147 @@
+"""In-memory stand-ins for our own seams (`KubeAPI`, `LeaseAPI`, `Clock`), for unit tests of the
+controller and leader election. They model only what those call, not the Kubernetes API: the
+integration tests run against a real API server."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from disttrain.kube import Conflict, Invalid
+from disttrain.observed import ObservedPod, observe_pod
+
+START = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
+_uids = itertools.count(1)
+
+
+@dataclass
+class FakeClock:
+    wall: datetime.datetime = START
+    mono: float = 1000.0
+
+    def now(self) -> datetime.datetime:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.wall += datetime.timedelta(seconds=seconds)
+        self.mono += seconds
+
+
+def key_of(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    return obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+
+
+@dataclass
+class FakeKube:
+    """Objects by (kind, namespace, name); every call recorded in `calls`."""
+
+    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (verb, what)
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    invalid: dict[str, str] = field(default_factory=dict)  # pod name -> the API server's complaint
+    conflicts: int = 0  # the next N status patches are refused
+
+    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
+        stored = copy.deepcopy(obj)
+        stored["metadata"].setdefault("uid", f"obj-{next(_uids)}")
+        self.objects[key_of(stored)] = stored
+        return stored
+
+    async def create(self, obj: Mapping[str, Any]) -> bool:
+        self.calls.append(("create", "/".join(key_of(obj))))
+        if obj["metadata"]["name"] in self.invalid:
+            raise Invalid(self.invalid[obj["metadata"]["name"]])
+        if key_of(obj) in self.objects:
+            return False
+        self.add(dict(obj))
+        return True
+
+    async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        self.calls.append(("get", "/".join(key_of(obj))))
+        found = self.objects.get(key_of(obj))
+        return copy.deepcopy(found["metadata"]) if found else None
+
+    async def replace_config_map_data(self, obj: Mapping[str, Any]) -> bool:
+        self.calls.append(("patch", "/".join(key_of(obj))))
+        found = self.objects.get(key_of(obj))
+        if found is None:
+            return False
+        found["data"] = dict(obj["data"])
+        return True
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append(("delete", f"Pod/{namespace}/{name}"))
+        found = self.objects.get(("Pod", namespace, name))
+        if found is not None and found["metadata"]["uid"] == uid:
+            del self.objects[("Pod", namespace, name)]
+
+    async def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                               resource_version: str | None) -> dict[str, Any]:
+        self.calls.append(("status", f"{namespace}/{name}"))
+        if self.conflicts:
+            self.conflicts -= 1
+            raise Conflict(name)
+        self.statuses.append(copy.deepcopy(dict(status)))
+        return {"status": dict(status)}
+
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append(("delete", f"DistTrainJob/{namespace}/{name}"))
+
+    async def post_event(self, namespace: str, name: str, uid: str, event_type: str, reason: str,
+                         message: str) -> None:
+        self.events.append((event_type, reason, message))
+
+    async def close(self) -> None:
+        pass
+
+    def pods(self) -> list[dict[str, Any]]:
+        return [o for (kind, _, _), o in self.objects.items() if kind == "Pod"]
+
+    def observed(self, **status: Any) -> list[ObservedPod]:
+        """The pods as the operator's watch would show them, each with `status` (a pod status)."""
+        return [observe_pod({**pod, "status": status}) for pod in self.pods()]
+
+    def writes(self, verb: str) -> list[str]:
+        return [what for v, what in self.calls if v == verb]
+
+
+@dataclass
+class FakeLeases:
+    """One store of Leases with resourceVersion compare-and-swap, shared by several electors."""
+
+    leases: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    version: int = 0
+
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        await asyncio.sleep(0)  # let replicas that read together write together, as over a network
+        found = self.leases.get((namespace, name))
+        return copy.deepcopy(found) if found else None
+
+    async def create(self, namespace: str, body: dict[str, Any]) -> bool:
+        key = (namespace, body["metadata"]["name"])
+        if key in self.leases:
+            return False
+        self._store(key, body)
+        return True
+
+    async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
+        current = self.leases.get((namespace, name))
+        if current is None or current["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
+            return False
+        self._store((namespace, name), body)
+        return True
+
+    def _store(self, key: tuple[str, str], body: dict[str, Any]) -> None:
+        self.version += 1
+        stored = copy.deepcopy(body)
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        self.leases[key] = stored

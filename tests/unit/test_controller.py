@@ -1,0 +1,179 @@
+"""The controller on an in-memory Kube and a hand-moved clock: expectations cover the watch's lag,
+and every child is trusted only when its controller reference carries the job's UID."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fakes import FakeClock, FakeKube
+
+from disttrain.controller import Controller
+from disttrain.expectations import CREATE_EXPECTATION_SECONDS
+from disttrain.observed import ObservedPod
+from manifests import mpi_job, mwms_job
+
+KEY = ("ml", "mnist")
+RUNNING = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+
+class Harness:
+    """One job in the operator's indexes; `watch` plays the watch events the fake API's state
+    would cause (pods as they are now, the last status written)."""
+
+    def __init__(self, manifest: dict[str, Any], uid: str = "uid-1") -> None:
+        self.kube, self.clock = FakeKube(), FakeClock()
+        self.controller = Controller(self.kube, clock=self.clock)
+        self.body: dict[str, Any] = {
+            "metadata": {"name": "mnist", "namespace": "ml", "uid": uid, "generation": 1, "resourceVersion": "1"},
+            "spec": manifest["spec"], "status": {}}
+        self.jobs = {KEY: [self.body]}
+        self.pods: list[ObservedPod] = []
+        self.controller.bind(self.jobs, {KEY: self.pods})
+
+    async def reconcile(self) -> float | None:
+        return await self.controller.reconcile_key(KEY)
+
+    def watch(self, **pod_status: Any) -> None:
+        self.pods[:] = self.kube.observed(**pod_status)
+        if self.kube.statuses:
+            self.body["status"] = copy.deepcopy(self.kube.statuses[-1])
+
+    def status(self) -> dict[str, Any]:
+        return self.kube.statuses[-1]
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario())
+
+
+def owned_by(kind: str, name: str, uid: str) -> list[dict[str, Any]]:
+    return [{"apiVersion": "disttrain.dev/v1", "kind": kind, "name": name, "uid": uid, "controller": True}]
+
+
+def test_created_pods_are_not_created_again_before_the_watch_shows_them() -> None:
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await h.reconcile()
+        assert sorted(h.kube.writes("create")) == ["Pod/ml/mnist-worker-0", "Pod/ml/mnist-worker-1", "Service/ml/mnist"]
+        h.kube.calls.clear()
+        await h.reconcile()  # the watch has shown nothing yet
+        assert not h.kube.writes("create")
+        h.clock.advance(CREATE_EXPECTATION_SECONDS + 1)
+        await h.reconcile()  # unseen for too long: looked for again, found to be ours
+        assert sorted(h.kube.writes("create")) == ["Pod/ml/mnist-worker-0", "Pod/ml/mnist-worker-1"]
+        assert len(h.kube.pods()) == 2
+        assert h.status()["phase"] == "Pending"
+    run(scenario)
+
+
+def test_a_deleted_pod_counts_as_terminating_until_its_deletion_shows() -> None:
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await h.reconcile()
+        h.watch(**RUNNING)
+        await h.reconcile()
+        assert h.status()["phase"] == "Running"
+        failed = {"phase": "Failed", "containerStatuses": [{"name": "c", "restartCount": 0, "state": {
+            "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+        h.watch(**failed)
+        await h.reconcile()
+        assert h.status()["phase"] == "Restarting" and h.status()["restarts"] == 1
+        assert len(h.kube.writes("delete")) == 2
+        deletes, statuses = len(h.kube.writes("delete")), len(h.kube.statuses)
+        h.body["status"] = copy.deepcopy(h.status())  # the job's watch event came, the pods' not yet
+        await h.reconcile()
+        assert len(h.kube.writes("delete")) == deletes, "the same failure handled twice"
+        assert len(h.kube.statuses) == statuses, "nothing changed: nothing written"
+    run(scenario)
+
+
+def test_a_stale_status_write_is_retried_not_forced() -> None:
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        h.kube.conflicts = 1
+        assert await h.reconcile() == 1.0
+        assert not h.kube.writes("create"), "nothing acted on from a stale read"
+    run(scenario)
+
+
+def test_a_pod_name_held_by_something_else_fails_the_job_naming_it() -> None:
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        h.kube.add({"kind": "Pod", "metadata": {"name": "mnist-worker-1", "namespace": "ml"}})
+        assert await h.reconcile() is None
+        status = h.status()
+        assert (status["phase"], status["reason"]) == ("Failed", "ObjectNotOwned")
+        assert status["message"].startswith("Pod ml/mnist-worker-1 already exists and is not controlled by")
+        assert h.kube.events[-1][:2] == ("Warning", "ObjectNotOwned")
+    run(scenario)
+
+
+def test_objects_of_an_earlier_job_of_the_same_name_are_waited_out() -> None:
+    async def scenario() -> None:
+        h = Harness(mpi_job("mnist", workers=2))
+        for kind, name in (("Service", "mnist"), ("Secret", "mnist-ssh")):
+            h.kube.add({"kind": kind, "metadata": {"name": name, "namespace": "ml",
+                                                   "ownerReferences": owned_by("DistTrainJob", "mnist", "uid-old")}})
+        requeue = await h.reconcile()
+        assert requeue is not None and requeue <= 1.0
+        assert not [w for w in h.kube.writes("create") if w.startswith("Pod/")], "no pod before its Service is ours"
+        assert h.status()["phase"] == "Pending"
+        del h.kube.objects[("Service", "ml", "mnist")]  # garbage collection gets to it
+        await h.reconcile()
+        assert not [w for w in h.kube.writes("create") if w.startswith("Pod/")], "the old Secret is still there"
+        del h.kube.objects[("Secret", "ml", "mnist-ssh")]
+        await h.reconcile()
+        assert {w for w in h.kube.writes("create") if w.startswith("Pod/")} == {"Pod/ml/mnist-worker-0",
+                                                                                 "Pod/ml/mnist-worker-1"}
+        secret = h.kube.objects[("Secret", "ml", "mnist-ssh")]
+        assert secret["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    run(scenario)
+
+
+def test_a_service_of_someone_else_fails_the_job() -> None:
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        h.kube.add({"kind": "Service", "metadata": {"name": "mnist", "namespace": "ml"}})
+        await h.reconcile()
+        assert h.status()["reason"] == "ObjectNotOwned"
+        assert "Service ml/mnist already exists" in h.status()["message"]
+        assert not h.kube.pods()
+    run(scenario)
+
+
+def test_an_invalid_template_fails_the_job_and_keeps_the_status() -> None:
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        h.kube.invalid["mnist-worker-0"] = 'Pod "mnist-worker-0" is invalid: spec.containers[0].name: bad'
+        await h.reconcile()
+        status = h.status()
+        assert status["reason"] == "InvalidPodTemplate"
+        assert status["message"].startswith("spec.tensorflow.worker.template: Pod")
+        assert status["startTime"] and status["replicaStatuses"]
+    run(scenario)
+
+
+def test_mpi_keys_are_made_once_per_job() -> None:
+    async def scenario() -> None:
+        h = Harness(mpi_job("mnist", workers=1))
+        await h.reconcile()
+        keys = h.controller.ssh_keys["uid-1"]
+        await h.reconcile()
+        assert h.controller.ssh_keys["uid-1"] is keys
+        h.jobs[KEY][0]["metadata"]["uid"] = "uid-2"  # deleted and applied again
+        await h.reconcile()
+        assert "uid-1" not in h.controller.ssh_keys and h.controller.ssh_keys["uid-2"] != keys
+    run(scenario)
+
+
+def test_a_job_deleted_from_the_index_is_forgotten() -> None:
+    async def scenario() -> None:
+        h = Harness(mpi_job("mnist", workers=1))
+        await h.reconcile()
+        h.jobs[KEY].clear()
+        await h.reconcile()
+        assert not h.controller.ssh_keys and not h.controller.supported and KEY not in h.controller.expectations
+    run(scenario)

@@ -1,0 +1,30 @@
+"""The package stays readable: short modules with one job each, short functions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "disttrain"
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 300, 50
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def test_no_module_over_300_lines() -> None:
+    lines = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in modules()}
+    long = {name: n for name, n in lines.items() if n > MAX_MODULE_LINES}
+    assert not long
+
+
+def test_no_function_over_50_lines() -> None:
+    long = {}
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long[f"{path.relative_to(PACKAGE)}:{node.name}"] = length
+    assert not long

@@ -1,0 +1,64 @@
+"""Leader election on a Lease, with a hand-moved clock: take, keep, take over, lose."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fakes import FakeClock, FakeLeases
+
+from disttrain.leader import LeaseElector
+
+
+def electors(clock: FakeClock, duration: int = 15) -> tuple[LeaseElector, LeaseElector]:
+    return (LeaseElector("ops", "disttrain", "a", duration, clock),
+            LeaseElector("ops", "disttrain", "b", duration, clock))
+
+
+def test_the_first_replica_takes_the_lease_and_the_second_stands_by() -> None:
+    async def scenario() -> None:
+        clock, leases = FakeClock(), FakeLeases()
+        a, b = electors(clock)
+        assert await a.try_hold(leases)
+        assert not await b.try_hold(leases)
+        clock.advance(10)
+        assert await a.try_hold(leases), "the holder renews"
+        clock.advance(10)
+        assert not await b.try_hold(leases), "renewed 10 s ago: still held"
+        spec = leases.leases[("ops", "disttrain")]["spec"]
+        assert spec["holderIdentity"] == "a" and spec["leaseTransitions"] == 0
+    asyncio.run(scenario())
+
+
+def test_a_lease_not_renewed_for_its_duration_is_taken_over() -> None:
+    async def scenario() -> None:
+        clock, leases = FakeClock(), FakeLeases()
+        a, b = electors(clock)
+        assert await a.try_hold(leases)
+        clock.advance(16)
+        assert await b.try_hold(leases)
+        spec = leases.leases[("ops", "disttrain")]["spec"]
+        assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+        assert not await a.try_hold(leases), "the old holder finds it lost"
+    asyncio.run(scenario())
+
+
+def test_of_two_replicas_taking_an_expired_lease_at_once_one_wins() -> None:
+    async def scenario() -> list[bool]:
+        clock, leases = FakeClock(), FakeLeases()
+        first = LeaseElector("ops", "disttrain", "gone", 15, clock)
+        await first.try_hold(leases)
+        clock.advance(20)
+        a, b = electors(clock)
+        return list(await asyncio.gather(a.try_hold(leases), b.try_hold(leases)))
+    assert sorted(asyncio.run(scenario())) == [False, True]
+
+
+def test_keep_returns_once_another_replica_holds_the_lease() -> None:
+    async def scenario() -> None:
+        clock, leases = FakeClock(), FakeLeases()
+        a, b = electors(clock, duration=1)
+        assert await a.try_hold(leases)
+        clock.advance(2)
+        assert await b.try_hold(leases)
+        await asyncio.wait_for(a.keep(leases), timeout=5)  # returns: the caller then exits the process
+    asyncio.run(scenario())

@@ -1,0 +1,91 @@
+"""The work queue: a key queued many times is handled once, never by two workers at once, again
+if queued while handled, and retried with growing delays when its handler fails."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from disttrain.workqueue import WorkQueue
+
+
+def test_a_key_queued_many_times_while_waiting_is_handled_once() -> None:
+    async def scenario() -> list[str]:
+        handled: list[str] = []
+
+        async def handle(key: str) -> None:
+            handled.append(key)
+        queue: WorkQueue[str] = WorkQueue(handle, workers=4)
+        for _ in range(5):
+            queue.add("a")
+        queue.add("b")
+        queue.start()
+        await queue.join()
+        await queue.stop()
+        return handled
+    assert sorted(asyncio.run(scenario())) == ["a", "b"]
+
+
+def test_one_key_is_never_handled_twice_at_once_and_runs_again_if_queued_meanwhile() -> None:
+    async def scenario() -> tuple[int, int]:
+        running, most, calls = 0, 0, 0
+        queue: WorkQueue[str]
+
+        async def handle(key: str) -> None:
+            nonlocal running, most, calls
+            running, calls = running + 1, calls + 1
+            most = max(most, running)
+            if calls == 1:
+                queue.add(key)  # an event arrives while the key is being reconciled
+                queue.add(key)
+            await asyncio.sleep(0.01)
+            running -= 1
+        queue = WorkQueue(handle, workers=4)
+        queue.add("a")
+        queue.start()
+        await asyncio.sleep(0.05)
+        await queue.join()
+        await queue.stop()
+        return most, calls
+    most, calls = asyncio.run(scenario())
+    assert most == 1
+    assert calls == 2, "queued twice while handled: handled once more, not twice"
+
+
+def test_failures_retry_with_growing_delays_and_success_resets_them() -> None:
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        times: list[float] = []
+
+        async def handle(key: str) -> None:
+            times.append(loop.time())
+            if len(times) < 4:
+                raise RuntimeError("API server unavailable")
+        queue: WorkQueue[str] = WorkQueue(handle, workers=1, base_delay=0.02)
+        queue.add("a")
+        queue.start()
+        while len(times) < 4:
+            await asyncio.sleep(0.01)
+        await queue.stop()
+        return times
+    times = asyncio.run(scenario())
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert gaps[0] >= 0.02 and gaps[1] >= 0.04 and gaps[2] >= 0.08, gaps
+
+
+def test_a_requeue_after_comes_back_and_the_earlier_timer_wins() -> None:
+    async def scenario() -> list[str]:
+        handled: list[str] = []
+
+        async def handle(key: str) -> float | None:
+            handled.append(key)
+            return 0.05 if len(handled) == 1 else None
+        queue: WorkQueue[str] = WorkQueue(handle, workers=1)
+        queue.add("a")
+        queue.start()
+        await asyncio.sleep(0.02)
+        queue.add_after("a", 5.0)  # later than the pending 0.05 s: ignored
+        await asyncio.sleep(0.1)
+        await queue.stop()
+        return handled
+    assert asyncio.run(scenario()) == ["a", "a"]
