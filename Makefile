@@ -4,16 +4,19 @@ PYTHON ?= python3
 VENV := .cache/venv
 PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
-BINARIES_STAMP := .cache/bin/.stamp-$(shell cat hack/versions.env hack/kube/go.mod hack/etcd/go.mod | sha1sum | cut -c1-12)
+BINARIES_STAMP := .cache/bin/.stamp-$(shell cat hack/versions.env hack/kube/go.mod hack/kube/coredns/main.go hack/etcd/go.mod | sha1sum | cut -c1-12)
 TF_VENV := .cache/tf-venv
 # Real TensorFlow for the end-to-end TF_CONFIG tests (CPU build; ~600 MB, cached).
-TF_PACKAGES := tensorflow-cpu==2.21.0 tf-keras==2.21.0
-TF_STAMP := $(TF_VENV)/.stamp-$(shell echo "$(TF_PACKAGES)" | sha1sum | cut -c1-12)
+# tf-keras without its dependencies: it requires `tensorflow`, the full build, beside tensorflow-cpu.
+TF_PACKAGES := tensorflow-cpu==2.21.0
+TF_KERAS := tf-keras==2.21.0
+TF_STAMP := $(TF_VENV)/.stamp-$(shell echo "$(TF_PACKAGES) $(TF_KERAS) no-deps" | sha1sum | cut -c1-12)
 HVD_VENV := .cache/hvd-venv
 CLUSTER_DIR := .cache/cluster
 PYTEST_ARGS ?=
 
-.PHONY: all help test lint unit integration venv tf-venv mpi-e2e binaries cluster-up cluster-down crd demo bench clean
+.PHONY: all help test lint unit integration e2e venv tf-venv mpi-e2e binaries node images cluster-up cluster-down \
+        crd demo bench clean
 
 all: test
 
@@ -34,6 +37,7 @@ $(TF_STAMP):
 	rm -rf $(TF_VENV) && $(PYTHON) -m venv $(TF_VENV)
 	$(TF_VENV)/bin/pip install -q --upgrade pip
 	$(TF_VENV)/bin/pip install -q $(TF_PACKAGES)
+	$(TF_VENV)/bin/pip install -q --no-deps $(TF_KERAS)
 	touch $@
 
 tf-venv: $(TF_STAMP) ## TensorFlow 2.21 for the real-training tests (.cache/tf-venv)
@@ -44,11 +48,17 @@ mpi-e2e: ## Open MPI, sshd and Horovod 0.28.1 for the real-mpirun tests (.cache/
 	hack/mpi-e2e/setup-system.sh
 	hack/mpi-e2e/build-hvd-venv.sh $(HVD_VENV)
 
-$(BINARIES_STAMP): hack/versions.env hack/kube/go.mod hack/etcd/go.mod
+$(BINARIES_STAMP): hack/versions.env hack/kube/go.mod hack/kube/coredns/main.go hack/etcd/go.mod
 	hack/build-binaries.sh
 	touch $@
 
-binaries: $(BINARIES_STAMP) ## the control plane built from the Go module proxy (.cache/bin)
+binaries: $(BINARIES_STAMP) ## the control plane, kubelet and CoreDNS built from the Go module proxy (.cache/bin)
+
+node: ## Debian packages of the real node: containerd, runc, CNI plugins, iptables; buildah, debootstrap
+	hack/node/ensure-node-system.sh
+
+images: venv tf-venv mpi-e2e node ## the images, built here with buildah, as OCI archives (.cache/images)
+	$(PY) hack/images.py
 
 lint: venv ## ruff, mypy and the import contracts (also run by pre-commit)
 	$(VENV)/bin/ruff check operator hack tests examples
@@ -58,12 +68,16 @@ lint: venv ## ruff, mypy and the import contracts (also run by pre-commit)
 unit: venv ## unit tests only (no cluster)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv binaries tf-venv mpi-e2e ## integration tests on a real local control plane
-	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+integration: venv binaries tf-venv mpi-e2e ## integration tests on a real local control plane (KWOK nodes)
+	DISTTRAIN_REAL_NODE=0 $(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-# The README's test command: lint, unit tests, then integration tests on a real control plane.
-test: lint binaries tf-venv mpi-e2e ## what CI runs: lint, then every test
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+e2e: venv binaries node images ## the examples from kubectl apply to Succeeded on a real node, the operator in-cluster
+	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+# The README's test command: lint, unit tests, then integration and e2e tests on a real local
+# cluster (KWOK nodes and a real one).
+test: lint binaries tf-venv mpi-e2e node images ## what CI runs: lint, then every test
+	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests $(PYTEST_ARGS)
 
 crd: venv ## regenerate the CRD from a running plane's PodTemplateSpec (make cluster-up first)
 	$(PY) hack/gen_podtemplate_schema.py --kubeconfig $(CLUSTER_DIR)/kubeconfig
@@ -71,15 +85,16 @@ crd: venv ## regenerate the CRD from a running plane's PodTemplateSpec (make clu
 	cp crds/disttrainjobs.disttrain.dev.yaml charts/disttrain-operator/crds/
 
 # A job from `kubectl apply` to Succeeded on the local control plane, with real TensorFlow.
-demo: venv binaries tf-venv ## a job from kubectl apply to Succeeded, with real TensorFlow
-	$(PY) hack/demo.py
+demo: venv binaries tf-venv $(if $(REAL_NODE),node images) ## a job from kubectl apply to Succeeded (REAL_NODE=1: in containers)
+	$(PY) hack/demo.py $(if $(REAL_NODE),--real-node)
 
 # Operator vs a plain client doing the same API writes; writes bench-results/results.md.
 bench: venv binaries ## the operator against a plain client doing the same API writes
 	$(PY) hack/bench.py
 
-cluster-up: venv binaries ## a local control plane with 4 fake GPU nodes; prints the KUBECONFIG line
-	$(PY) hack/localcluster.py up --dir $(CLUSTER_DIR)
+REAL_NODE ?=
+cluster-up: venv binaries $(if $(REAL_NODE),node images) ## a local plane with 4 fake GPU nodes (REAL_NODE=1: and a real one)
+	$(PY) hack/localcluster.py up --dir $(CLUSTER_DIR) $(if $(REAL_NODE),--real-node)
 
 cluster-down: venv ## stop it
 	$(PY) hack/localcluster.py down --dir $(CLUSTER_DIR)

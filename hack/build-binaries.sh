@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the local control plane from the Go module proxy into .cache/bin/<version>/.
+# Builds the local cluster's binaries from the Go module proxy into .cache/bin/<version>/.
 # Every binary is keyed by its version: a second run finds them and returns at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,20 +13,28 @@ export CGO_ENABLED=0
 
 need() { [ -x "$1" ] || { echo "building $(basename "$1") ..." >&2; return 0; }; return 1; }
 
-k8s_dir=$BIN_ROOT/kubernetes-$KUBERNETES_VERSION
-mkdir -p "$k8s_dir"
-minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
-pkg=k8s.io/component-base/version
-ldflags="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
- -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z \
- -X $pkg.gitCommit=module-proxy-$KUBERNETES_VERSION"
-# kubectl too: the installed one may be older than the skew policy allows (+/-1 minor).
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-  if need "$k8s_dir/$cmd"; then
-    (cd hack/kube && go build -ldflags "$ldflags" -o "$k8s_dir/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
-    mv "$k8s_dir/$cmd.tmp" "$k8s_dir/$cmd"
-  fi
-done
+# One module graph (hack/kube), one `go build` for all of it: the control plane, kubectl (the
+# installed one may be older than the skew policy allows), the real node's kubelet and
+# kube-proxy, and CoreDNS with the plugins the cluster's DNS uses (hack/kube/coredns).
+k8s_dir=$BIN_ROOT/kubernetes-$KUBERNETES_VERSION-coredns-$COREDNS_VERSION
+commands=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy coredns)
+missing=()
+for cmd in "${commands[@]}"; do need "$k8s_dir/$cmd" && missing+=("$cmd"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+  pkg=k8s.io/component-base/version
+  ldflags="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
+   -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z \
+   -X $pkg.gitCommit=module-proxy-$KUBERNETES_VERSION"
+  packages=()
+  for cmd in "${missing[@]}"; do
+    case $cmd in coredns) packages+=(./coredns) ;; *) packages+=("k8s.io/kubernetes/cmd/$cmd") ;; esac
+  done
+  tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
+  (cd hack/kube && go build -ldflags "$ldflags" -o "$tmp/" "${packages[@]}")
+  mkdir -p "$k8s_dir"
+  mv "$tmp"/* "$k8s_dir/"; rmdir "$tmp"
+fi
 
 etcd_bin=$BIN_ROOT/etcd-$ETCD_VERSION/etcd
 if need "$etcd_bin"; then
@@ -46,11 +54,8 @@ install_tool() { # name module version
 install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 
-ln -sfn "$k8s_dir/kube-apiserver" "$BIN_ROOT/kube-apiserver"
-ln -sfn "$k8s_dir/kube-controller-manager" "$BIN_ROOT/kube-controller-manager"
-ln -sfn "$k8s_dir/kube-scheduler" "$BIN_ROOT/kube-scheduler"
-ln -sfn "$k8s_dir/kubectl" "$BIN_ROOT/kubectl"
+for cmd in "${commands[@]}"; do ln -sfn "$k8s_dir/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$etcd_bin" "$BIN_ROOT/etcd"
 ln -sfn "$BIN_ROOT/kwok-$KWOK_VERSION/kwok" "$BIN_ROOT/kwok"
 ln -sfn "$BIN_ROOT/helm-$HELM_VERSION/helm" "$BIN_ROOT/helm"
-echo "control-plane binaries ready in $BIN_ROOT" >&2
+echo "local cluster binaries ready in $BIN_ROOT" >&2

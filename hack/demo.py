@@ -1,10 +1,16 @@
 """`make demo`: a job from `kubectl apply` to Succeeded, with real training.
 
-Starts the local control plane, installs the Helm chart, runs the operator as the chart's
-ServiceAccount, applies examples/multi-worker-mirrored/job.yaml and shows `kubectl get
-disttrainjobs` until the job finishes. KWOK's nodes run no containers, so this script stands
-in for the kubelet: it runs each pod's command with real TensorFlow (TF_CONFIG exactly as the
-operator wrote it, host names mapped to loopback ports) and reports the real exit code back.
+Starts the local control plane, installs the Helm chart, applies
+examples/multi-worker-mirrored/job.yaml and shows `kubectl get disttrainjobs` until the job
+finishes.
+
+- By default (KWOK nodes only, no containers): the operator runs here as the chart's
+  ServiceAccount, and this script stands in for the kubelet: it runs each pod's command with
+  real TensorFlow (TF_CONFIG exactly as the operator wrote it, host names mapped to loopback
+  ports) and reports the real exit code back.
+- `--real-node` (`make demo REAL_NODE=1`): a real node joins (containerd, kubelet, CoreDNS,
+  kube-proxy); the operator runs from its image in its pod, and the job's pods are containers of
+  the TensorFlow image, finding each other through cluster DNS. Needs root and `make images`.
 
 The last screen is the job's wide row and its events; tests/integration/test_demo.py runs this
 script and reads that screen.
@@ -28,6 +34,7 @@ from kubernetes import client, config
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
+import realnode  # noqa: E402
 from kwokpods import finish_pod  # noqa: E402
 from localcluster import LocalCluster, tf_configs_on_loopback  # noqa: E402
 
@@ -35,6 +42,7 @@ BIN = REPO / ".cache" / "bin"
 TF_PYTHON = REPO / ".cache" / "tf-venv" / "bin" / "python"
 EXAMPLE = REPO / "examples" / "multi-worker-mirrored" / "job.yaml"
 RELEASE_NS = "disttrain-system"
+NAMESPACE = "demo"
 JOB_NAME = "mnist-mwms"
 
 
@@ -137,48 +145,44 @@ def impersonating_kubeconfig(kubeconfig: Path, path: Path, service_account: str)
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--real-node", action="store_true",
+                        help="run the job in containers on a real node, the operator from its image (make node images)")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
     parser.add_argument("--dir", type=Path, default=REPO / ".cache" / "demo", help="state folder")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for the job to finish")
     args = parser.parse_args()
     root = args.dir.resolve()
-    cluster = LocalCluster(root=root, nodes=2)
-    print("==> starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, KWOK)")
+    cluster = LocalCluster(root=root, nodes=2, real_node=args.real_node)
+    what = "KWOK and a real node: containerd, kubelet, CoreDNS" if args.real_node else "KWOK"
+    print(f"==> starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler, {what})")
     started = time.monotonic()
     cluster.up()
     print(f"    up in {time.monotonic() - started:.1f}s; export KUBECONFIG={cluster.kubeconfig}")
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PATH": f"{BIN}:{os.environ['PATH']}"}
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
-    operator: subprocess.Popen[bytes] | None = None
     workdir = root / "pods"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    kubelet = KubeletStandIn(core, "default", JOB_NAME, workdir)
+    kubelet = None if args.real_node else KubeletStandIn(core, NAMESPACE, JOB_NAME, workdir)
+    operator: subprocess.Popen[bytes] | None = None
     try:
-        print(f"==> helm install disttrain charts/disttrain-operator -n {RELEASE_NS}")
-        sh(str(BIN / "helm"), "install", "disttrain", str(REPO / "charts" / "disttrain-operator"),
-           "--namespace", RELEASE_NS, "--create-namespace", env=env, quiet=True)
-        sh("kubectl", "get", "crd", "disttrainjobs.disttrain.dev", env=env)
-        print("==> running the operator with the chart's ServiceAccount (impersonated: no image registry here)")
-        impersonated = impersonating_kubeconfig(
-            cluster.kubeconfig, root / "operator.kubeconfig",
-            f"system:serviceaccount:{RELEASE_NS}:disttrain-disttrain-operator")
-        with open(root / "operator.log", "wb") as log:
-            operator = subprocess.Popen([sys.executable, "-m", "disttrain", "run"], stdout=log,
-                                        stderr=subprocess.STDOUT, env={**env, "KUBECONFIG": str(impersonated)})
-        print(f"==> kubectl apply -f {EXAMPLE.relative_to(REPO)}")
-        sh("kubectl", "apply", "-f", str(EXAMPLE), env=env)
-        wanted = int(yaml.safe_load(EXAMPLE.read_text())["spec"]["tensorflow"]["worker"]["replicas"])
-        phase = wait_for_end(kubelet, env, wanted, time.monotonic() + args.timeout)
+        operator = install_operator(cluster, env, root, in_cluster=args.real_node)
+        apply_example(core, env, workdir, pinned=args.real_node)
+        phase = wait_for_end(kubelet, env, time.monotonic() + args.timeout)
         print("==> kubectl get disttrainjobs -o wide; kubectl get events (the job's)")
-        sh("kubectl", "get", "disttrainjobs", "-o", "wide", env=env)
-        sh("kubectl", "get", "events", "--field-selector", "involvedObject.kind=DistTrainJob",
+        sh("kubectl", "get", "disttrainjobs", "-n", NAMESPACE, "-o", "wide", env=env)
+        sh("kubectl", "get", "events", "-n", NAMESPACE, "--field-selector", "involvedObject.kind=DistTrainJob",
            "--sort-by=.lastTimestamp", "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message", env=env)
+        if args.real_node:
+            print(f"==> kubectl logs {JOB_NAME}-worker-0 (the container's own output)")
+            print(sh("kubectl", "logs", "-n", NAMESPACE, f"{JOB_NAME}-worker-0", env=env, quiet=True)
+                  .rstrip().splitlines()[-1])
         if phase != "Succeeded":
             print(f"==> the job ended {phase or 'nowhere'}; pod logs in {workdir}, operator log in {root}")
         return 0 if phase == "Succeeded" else 1
     finally:
-        kubelet.stop()
+        if kubelet is not None:
+            kubelet.stop()
         if operator is not None:
             operator.terminate()
             operator.wait(timeout=10)
@@ -189,13 +193,49 @@ def main() -> int:
             cluster.down()
 
 
-def wait_for_end(kubelet: KubeletStandIn, env: dict[str, str], wanted: int, deadline: float) -> str:
-    """Run the stand-in and show the job until it finishes; its last phase."""
+def install_operator(cluster: LocalCluster, env: dict[str, str], root: Path,
+                     in_cluster: bool) -> subprocess.Popen[bytes] | None:
+    """The chart, installed. On a real node the operator runs from its image in its pod; with KWOK
+    alone (no container runs), as a process here with the chart's ServiceAccount (impersonated)."""
+    print(f"==> helm install disttrain charts/disttrain-operator -n {RELEASE_NS}")
+    if in_cluster:
+        sh("kubectl", "apply", "-f", "-", input=json.dumps(realnode.pinned_namespace(RELEASE_NS)), env=env, quiet=True)
+    sh(str(BIN / "helm"), "install", "disttrain", str(REPO / "charts" / "disttrain-operator"), "--namespace",
+       RELEASE_NS, "--create-namespace", *(["--wait", "--timeout", "180s"] if in_cluster else []), env=env, quiet=True)
+    if in_cluster:
+        sh("kubectl", "get", "pods", "-n", RELEASE_NS, "-o", "wide", env=env)
+        return None
+    print("==> running the operator with the chart's ServiceAccount (impersonated: no containers on KWOK)")
+    impersonated = impersonating_kubeconfig(cluster.kubeconfig, root / "operator.kubeconfig",
+                                            f"system:serviceaccount:{RELEASE_NS}:disttrain-disttrain-operator")
+    with open(root / "operator.log", "wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "disttrain", "run"], stdout=log, stderr=subprocess.STDOUT,
+                                env={**env, "KUBECONFIG": str(impersonated)})
+
+
+def apply_example(core: Any, env: dict[str, str], workdir: Path, pinned: bool) -> None:
+    """`kubectl apply -f` the example in its namespace (pinned to the real node, if there is one),
+    with a hostPath volume on the node for its checkpoint claim."""
+    namespace = realnode.pinned_namespace(NAMESPACE) if pinned else {"apiVersion": "v1", "kind": "Namespace",
+                                                                      "metadata": {"name": NAMESPACE}}
+    sh("kubectl", "apply", "-f", "-", input=json.dumps(namespace), env=env, quiet=True)
+    for claim in (d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d["kind"] == "PersistentVolumeClaim"):
+        core.create_persistent_volume(realnode.claim_volume(NAMESPACE, claim["metadata"]["name"],
+                                                            workdir / "volumes" / claim["metadata"]["name"]))
+    print(f"==> kubectl apply -n {NAMESPACE} -f {EXAMPLE.relative_to(REPO)}")
+    sh("kubectl", "apply", "-n", NAMESPACE, "-f", str(EXAMPLE), env=env)
+
+
+def wait_for_end(kubelet: KubeletStandIn | None, env: dict[str, str], deadline: float) -> str:
+    """Run the stand-in (KWOK) and show the job until it finishes; its last phase."""
     phase = ""
+    wanted = int(next(d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d["kind"] == "DistTrainJob")
+                 ["spec"]["tensorflow"]["worker"]["replicas"])
     while phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
-        kubelet.step(wanted)
-        print(sh("kubectl", "get", "disttrainjobs", env=env, quiet=True).rstrip())
-        job = json.loads(sh("kubectl", "get", "dtj", JOB_NAME, "-o", "json", env=env, quiet=True))
+        if kubelet is not None:
+            kubelet.step(wanted)
+        print(sh("kubectl", "get", "disttrainjobs", "-n", NAMESPACE, env=env, quiet=True).rstrip())
+        job = json.loads(sh("kubectl", "get", "dtj", JOB_NAME, "-n", NAMESPACE, "-o", "json", env=env, quiet=True))
         phase = (job.get("status") or {}).get("phase", "")
         time.sleep(2)
     return phase

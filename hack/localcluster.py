@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import ipaddress
 import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -31,10 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+import realnode
+from pki import kubeconfig_text, write_pki
+from ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 BIN_DIR = Path(os.environ.get("DISTTRAIN_BIN_ROOT", REPO / ".cache" / "bin"))
@@ -42,13 +39,6 @@ DEFAULT_DIR = REPO / ".cache" / "cluster"
 STAGES = REPO / "hack" / "kwok" / "stages.yaml"
 SERVICE_CIDR = "10.96.0.0/16"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def tf_configs_on_loopback(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -62,106 +52,6 @@ def tf_configs_on_loopback(configs: dict[str, dict[str, Any]]) -> dict[str, dict
 
 
 # ---------------------------------------------------------------------------------------------
-# PKI: one CA signs the apiserver's serving cert and the admin client cert; EC keys are fast
-# to make, so every cluster gets fresh ones.
-
-
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def _cert(
-    subject: x509.Name,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: x509.Name,
-    issuer_key: ec.EllipticCurvePrivateKey,
-    *,
-    ca: bool = False,
-    sans: list[x509.GeneralName] | None = None,
-    usage: list[x509.ObjectIdentifier] | None = None,
-) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    if usage:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def write_pki(pki: Path) -> None:
-    pki.mkdir(parents=True, exist_ok=True)
-    ca_key = _key()
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "disttrain-local-ca")])
-    ca = _cert(ca_name, ca_key, ca_name, ca_key, ca=True)
-    server_key = _key()
-    dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-           "kubernetes.default.svc.cluster.local"]
-    ips = ["127.0.0.1", str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))]
-    server = _cert(
-        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]), server_key, ca_name, ca_key,
-        sans=[x509.DNSName(d) for d in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips],
-        usage=[x509.oid.ExtendedKeyUsageOID.SERVER_AUTH],
-    )
-    admin_key = _key()
-    admin = _cert(
-        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "admin"),
-                   x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters")]),
-        admin_key, ca_name, ca_key, usage=[x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH],
-    )
-    sa_key = _key()
-    files = {
-        "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
-        "ca.key": _pem_key(ca_key),
-        "apiserver.crt": server.public_bytes(serialization.Encoding.PEM),
-        "apiserver.key": _pem_key(server_key),
-        "admin.crt": admin.public_bytes(serialization.Encoding.PEM),
-        "admin.key": _pem_key(admin_key),
-        "sa.key": _pem_key(sa_key),
-        "sa.pub": sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        ),
-    }
-    for name, data in files.items():
-        (pki / name).write_bytes(data)
-        (pki / name).chmod(0o600)
-
-
-def kubeconfig_text(server: str, pki: Path) -> str:
-    import base64
-
-    def b64(name: str) -> str:
-        return base64.b64encode((pki / name).read_bytes()).decode()
-
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "disttrain-local",
-                      "cluster": {"server": server, "certificate-authority-data": b64("ca.crt")}}],
-        "users": [{"name": "admin",
-                   "user": {"client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")}}],
-        "contexts": [{"name": "disttrain-local", "context": {"cluster": "disttrain-local", "user": "admin"}}],
-        "current-context": "disttrain-local",
-    }
-    return json.dumps(config, indent=2)
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -171,6 +61,7 @@ class LocalCluster:
     root: Path = DEFAULT_DIR
     nodes: int = 4
     gpus_per_node: int = 8
+    real_node: bool = False  # a kubelet with containerd on this machine too (hack/realnode.py)
     processes: dict[str, int] = field(default_factory=dict)
     # The children this object started, kept so they are reaped (and Python doesn't warn).
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -186,19 +77,28 @@ class LocalCluster:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    @property
+    def host(self) -> str:
+        """Where the API server listens: loopback, or the real node's bridge (its pods reach it there)."""
+        return realnode.GATEWAY if self.real_node else "127.0.0.1"
+
     def up(self, timeout: float = 60) -> LocalCluster:
-        missing = [b for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-                   if not (BIN_DIR / b).exists()]
+        wanted = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+        wanted += ["kubelet", "kube-proxy", "coredns"] if self.real_node else []
+        missing = [b for b in wanted if not (BIN_DIR / b).exists()]
         if missing:
             raise RuntimeError(f"missing {missing} in {BIN_DIR}: run hack/build-binaries.sh (make binaries)")
         if self.state_file.exists():
             self.down()
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "logs").mkdir(exist_ok=True)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout + (120 if self.real_node else 0)
         pki = self.root / "pki"
-        write_pki(pki)
         try:
+            if self.real_node:
+                realnode.RealNode(self).down()  # whatever an earlier run left behind
+                realnode.create_bridge()
+            write_pki(pki, [self.host, "127.0.0.1", str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))])
             self._start_etcd(deadline)
             self._start_apiserver(pki, deadline)
             self.kubeconfig.write_text(kubeconfig_text(self.server, pki))
@@ -206,24 +106,48 @@ class LocalCluster:
             self._start_controllers(pki)
             self._start_kwok()
             self._create_nodes()
+            if self.real_node:
+                realnode.RealNode(self).up(deadline)
             self._wait_ready(deadline)
+            self._check_alive()
         except BaseException:
             self.down()
             raise
         return self
 
     def down(self) -> None:
+        """Stop everything. With a real node: raise if it left anything behind (a process, mount,
+        network namespace, veth, the bridge, an iptables chain) after the rest is stopped."""
         state = self._read_state()
         pids = state.get("processes", {}) | self.processes
+        real_node = bool(state.get("real_node") or self.real_node)
+        if real_node:
+            self._stop_real_node(pids)
         # Stop the clients first and etcd last, so nothing logs a storm of connection errors.
-        for name in sorted(pids, key=lambda n: n == "etcd"):
-            _stop(pids[name])
+        _stop(*(pid for name, pid in pids.items() if name != "etcd"))
+        if "etcd" in pids:
+            _stop(pids["etcd"])
         for child in self.children.values():
             child.wait()
         self.processes, self.children = {}, {}
         shutil.rmtree(state.get("etcd_dir") or "/nonexistent", ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             self.state_file.unlink()
+        left = realnode.leftovers(self.root / "node") if real_node else []
+        if left:
+            raise RuntimeError(f"the real node left behind: {left}")
+
+    def _stop_real_node(self, pids: dict[str, int]) -> None:
+        """The node's pods deleted while its kubelet still runs (CNI releases their networks), then
+        the node's daemons, containerd last, then whatever is left."""
+        node = realnode.RealNode(self)
+        if "kube-apiserver" in pids and "kubelet" in pids:
+            node.drain()
+        _stop(*(pids.pop(name) for name in ("kubelet", "kube-proxy", "coredns") if name in pids))
+        realnode.remove_containers()
+        if "containerd" in pids:
+            _stop(pids.pop("containerd"))
+        node.down()
 
     def __enter__(self) -> LocalCluster:
         return self.up()
@@ -234,12 +158,13 @@ class LocalCluster:
     # -- components --------------------------------------------------------------------------
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(self.root / "logs" / f"{name}.log", "wb")  # noqa: SIM115 - handed to the child
-        proc = subprocess.Popen(
-            [str(BIN_DIR / name), *args], stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-        log.close()
+        self.spawn(name, [str(BIN_DIR / name), *args])
+
+    def spawn(self, name: str, argv: list[str]) -> None:
+        """Start one of the cluster's processes, logging to logs/<name>.log; `down` stops it."""
+        with open(self.root / "logs" / f"{name}.log", "wb") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
         self.processes[name] = proc.pid
         self.children[name] = proc
         self._write_state()
@@ -261,20 +186,29 @@ class LocalCluster:
 
     def _start_apiserver(self, pki: Path, deadline: float) -> None:
         port = free_port()
-        self.server = f"https://127.0.0.1:{port}"
+        self.server = f"https://{self.host}:{port}"
         self._spawn("kube-apiserver", [
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            f"--bind-address={self.host}", f"--advertise-address={self.host}", f"--secure-port={port}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=RBAC",
+            # Node: the real node's kubelet may touch its own Node and pods, nothing else.
+            "--authorization-mode=Node,RBAC",
             "--allow-privileged=true",
+            # A namespace's annotations may pin its pods to nodes (a node selector and default
+            # tolerations): how the real node's tests run the examples unchanged.
+            "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
             "--profiling=false",
-            "--endpoint-reconciler-type=none",
+            # The `kubernetes` Service's endpoint: pods on the real node reach the API server
+            # through it (kube-proxy); a loopback address can't be an endpoint.
+            f"--endpoint-reconciler-type={'lease' if self.real_node else 'none'}",
+            # `kubectl logs` and `exec`: to the kubelet by address, with the admin's cert.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
             "--v=1",
         ])
         ctx = self._ssl_context(pki)
@@ -286,8 +220,12 @@ class LocalCluster:
             f"--kubeconfig={kc}", "--leader-elect=false", "--secure-port=0",
             # The controllers an operator's objects meet: garbage collection, namespaces,
             # service accounts and their tokens, endpoints for the headless Services.
+            # root-ca-cert-publisher: the kube-root-ca.crt every pod's token volume mounts;
+            # persistentvolume-binder: volumes for the real node's pods; deployment and
+            # replicaset: the chart's operator Deployment.
             "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
-            "endpointslice,endpoint,podgc,ttl,nodelifecycle,resourcequota",
+            "endpointslice,endpoint,podgc,ttl,nodelifecycle,resourcequota,root-ca-cert-publisher,"
+            "persistentvolume-binder,deployment,replicaset",
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
             "--kube-api-qps=1000", "--kube-api-burst=2000", "--concurrent-gc-syncs=50",
             "--v=1",
@@ -330,6 +268,14 @@ class LocalCluster:
             }
             self.api("POST", "/api/v1/nodes", node)
 
+    def _check_alive(self) -> None:
+        dead = {name: child.returncode for name, child in self.children.items() if child.poll() is not None}
+        if dead:
+            tails = "\n".join(f"--- {name} (exit {code}):\n" + "\n".join(
+                (self.root / "logs" / f"{name}.log").read_text(errors="replace").splitlines()[-5:])
+                for name, code in dead.items())
+            raise RuntimeError(f"{', '.join(dead)} exited while the cluster started:\n{tails}")
+
     def _wait_ready(self, deadline: float) -> None:
         """Nodes Ready and the default ServiceAccount present: pods can be created and scheduled."""
         while True:
@@ -337,7 +283,7 @@ class LocalCluster:
             ready = [n for n in nodes if any(c["type"] == "Ready" and c["status"] == "True"
                                              for c in n.get("status", {}).get("conditions", []))]
             sa = self.api("GET", "/api/v1/namespaces/default/serviceaccounts", allow_missing=True)
-            if len(ready) >= self.nodes and sa and sa.get("items"):
+            if len(ready) >= self.nodes + int(self.real_node) and sa and sa.get("items"):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"cluster not ready: {len(ready)}/{self.nodes} nodes Ready; "
@@ -369,7 +315,7 @@ class LocalCluster:
 
     def _write_state(self) -> None:
         self.state_file.write_text(json.dumps({
-            "processes": self.processes, "server": self.server,
+            "processes": self.processes, "server": self.server, "real_node": self.real_node,
             "etcd_dir": str(getattr(self, "etcd_dir", "")),
         }))
 
@@ -381,26 +327,36 @@ class LocalCluster:
             return {}
 
 
-def _stop(pid: int, grace: float = 5) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+def _stop(*pids: int, grace: float = 5) -> None:
+    """SIGTERM to each process group, then wait for all of them together (SIGKILL after `grace`)."""
+    alive = set()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+            alive.add(pid)
     end = time.monotonic() + grace
-    while time.monotonic() < end:
-        try:
-            # Reap it if it is our child; otherwise just probe that it still exists.
-            with contextlib.suppress(ChildProcessError):
-                if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                    return
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
+    while alive and time.monotonic() < end:
+        for pid in list(alive):
+            if _gone(pid):
+                alive.discard(pid)
         time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+def _gone(pid: int) -> bool:
+    """Reaped if it is our child; otherwise gone or a zombie (a zombie has exited: init reaps it)."""
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
 
 
 def _wait_http(url: str, deadline: float, what: str, ctx: ssl.SSLContext | None = None) -> None:
@@ -424,8 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["up", "down"])
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="state folder (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=4, help="fake GPU nodes (default %(default)s)")
+    parser.add_argument("--real-node", action="store_true",
+                        help="also a real node: containerd, kubelet, CoreDNS, kube-proxy (needs root, make node)")
     args = parser.parse_args(argv)
-    cluster = LocalCluster(root=args.dir.resolve(), nodes=args.nodes)
+    cluster = LocalCluster(root=args.dir.resolve(), nodes=args.nodes, real_node=args.real_node)
     if args.command == "down":
         cluster.down()
         print("local control plane stopped")

@@ -1,8 +1,71 @@
-"""Shared test setup: the repo's hack/ on the path (the local control plane lives there)."""
+"""Shared test setup: hack/ and tests/ on the path, and the cluster fixtures of the integration
+and e2e tests: one real control plane per session (or the cluster DISTTRAIN_TEST_KUBECONFIG
+names), the CRD installed, the operator running, a namespace per test.
 
+The local plane gets a real node too (hack/realnode.py: containerd, kubelet, CoreDNS, kube-proxy)
+when DISTTRAIN_REAL_NODE is 1 (`make test` and `make e2e` set it: no node is then a failure), or,
+with the default `auto`, when this machine can run one (root, `make node images` done).
+"""
+
+from __future__ import annotations
+
+import os
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "tests"))
+
+from support import CRD_FILE, Cluster, OperatorProcess, wait_for, wait_namespace_ready  # noqa: E402
+
+
+def want_real_node() -> bool:
+    setting = os.environ.get("DISTTRAIN_REAL_NODE", "auto")
+    if setting in ("0", "1"):
+        return setting == "1"
+    import realnode
+
+    return os.geteuid() == 0 and realnode.ready_to_run()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    existing = os.environ.get("DISTTRAIN_TEST_KUBECONFIG")
+    if existing:
+        yield Cluster(kubeconfig=Path(existing))
+        return
+    from localcluster import LocalCluster
+
+    with LocalCluster(root=ROOT / ".cache" / "test-cluster", real_node=want_real_node()) as local:
+        yield Cluster(kubeconfig=local.kubeconfig, local=local)
+
+
+@pytest.fixture(scope="session")
+def crd(cluster: Cluster) -> Cluster:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    established = "{.status.conditions[?(@.type=='Established')].status}"
+    wait_for(lambda: cluster.kubectl("get", "crd/disttrainjobs.disttrain.dev", "-o",
+                                     f"jsonpath={established}").stdout == "True", 60, "CRD established")
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def operator(crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(crd, tmp_path_factory.mktemp("operator") / "operator.log")
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.core.create_namespace({"metadata": {"name": name}})
+    wait_namespace_ready(cluster, name)
+    yield name
+    cluster.core.delete_namespace(name)

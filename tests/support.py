@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -199,3 +200,44 @@ def tf_config(pod: client.V1Pod) -> dict[str, Any]:
     assert value is not None, f"{pod.metadata.name} has no TF_CONFIG"
     loaded: dict[str, Any] = json.loads(value)
     return loaded
+
+
+class LogFollower:
+    """`kubectl logs -f` of one pod, collected as it arrives: a pod the operator deletes (the
+    job finished, or restarts) takes its log with it."""
+
+    def __init__(self, cluster: Cluster, namespace: str, pod: str) -> None:
+        self.pod = pod
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen([kubectl_binary(), "logs", "-f", "-n", namespace, pod], env=cluster.env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def events(self) -> list[dict[str, Any]]:
+        """The JSON lines the examples print."""
+        found = []
+        for line in list(self.lines):
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    found.append(json.loads(line))
+        return found
+
+    def wait_event(self, match: Callable[[dict[str, Any]], bool], what: str, timeout: float = 300) -> dict[str, Any]:
+        return wait_for(lambda: next((e for e in self.events() if match(e)), None), timeout,
+                        f"{what} in the log of {self.pod}", interval=0.5)
+
+    def stop(self) -> str:
+        """Stop following (if the stream hasn't ended by itself); the whole log."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait()
+        self.thread.join(timeout=5)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        return "\n".join(self.lines)

@@ -1,15 +1,44 @@
 """Horovod with Keras (TF 2.15, Keras 2): each MPI rank trains on its shard, gradients are
-averaged with allreduce, and rank 0's initial weights are broadcast so every rank starts equal.
+averaged with allreduce, and rank 0's weights are broadcast so every rank starts equal.
 
-Environment: TRAIN_STEPS (default 200), RESULT_FILE (optional: per rank, `{rank}` is replaced).
+A lost worker costs at most one epoch: rank 0 saves the model, optimizer and epoch at every
+epoch's end under CHECKPOINT_DIR (a volume the worker pods share), and when the operator restarts
+the job, rank 0 restores the latest checkpoint and every rank resumes at the next epoch. Rank 0
+prints one JSON line per event: {"event": "start", "epoch": 3, "resumed": true}.
+
+The ranks run on the worker pods, started over SSH by mpirun: they see only the environment
+mpirun exports (-x), not the worker containers' own.
+
+Environment: TRAIN_STEPS (default 200, over all epochs), EPOCHS (default 4), CHECKPOINT_DIR
+(default /tmp/checkpoints), RESULT_FILE (optional: per rank, `{rank}` is replaced).
 """
 
+import hashlib
 import json
 import os
 
+import horovod.tensorflow as hvd_tf
 import horovod.tensorflow.keras as hvd
 import numpy as np
 import tensorflow as tf
+
+
+def say(**event: object) -> None:
+    print(json.dumps(event), flush=True)
+
+
+class Checkpoints(tf.keras.callbacks.Callback):
+    """Rank 0 saves at each epoch's end (the other ranks hold the same weights)."""
+
+    def __init__(self, manager: tf.train.CheckpointManager, epoch: tf.Variable) -> None:
+        super().__init__()
+        self.manager, self.epoch = manager, epoch
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if hvd.rank() == 0:
+            self.epoch.assign(epoch + 1)
+            self.manager.save()
+            say(event="epoch_end", epoch=epoch, loss=float((logs or {}).get("loss", 0.0)))
 
 
 def main() -> None:
@@ -22,16 +51,26 @@ def main() -> None:
     # Scale the learning rate by the number of ranks: the effective batch is that much larger.
     optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01 * hvd.size()))
     model.compile(optimizer=optimizer, loss="mse")
-    steps = int(os.environ.get("TRAIN_STEPS", "200"))
-    history = model.fit(data, steps_per_epoch=max(1, steps // 2), epochs=2,
-                        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)],
-                        verbose=2 if hvd.rank() == 0 else 0)
-    result = {"rank": hvd.rank(), "size": hvd.size(), "loss": history.history["loss"],
-              "weights": [w.tolist() for w in model.get_weights()]}
-    print(json.dumps({"rank": hvd.rank(), "final_loss": result["loss"][-1]}), flush=True)
+
+    epoch = tf.Variable(0, dtype=tf.int64)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model, epoch=epoch),
+                                         os.environ.get("CHECKPOINT_DIR", "/tmp/checkpoints"), max_to_keep=2)
+    if hvd.rank() == 0 and manager.latest_checkpoint:
+        manager.checkpoint.restore(manager.latest_checkpoint)
+    start = hvd_tf.broadcast_object(int(epoch.numpy()), root_rank=0)
+    if hvd.rank() == 0:
+        say(event="start", epoch=start, resumed=start > 0)
+
+    epochs = int(os.environ.get("EPOCHS", "4"))
+    steps = max(1, int(os.environ.get("TRAIN_STEPS", "200")) // epochs)
+    history = model.fit(data, steps_per_epoch=steps, initial_epoch=start, epochs=epochs, verbose=0,
+                        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), Checkpoints(manager, epoch)])
+    weights = [w.tolist() for w in model.get_weights()]
+    say(event="done", rank=hvd.rank(), size=hvd.size(), final_loss=history.history["loss"][-1],
+        weights_sha256=hashlib.sha256(json.dumps(weights).encode()).hexdigest())
     if os.environ.get("RESULT_FILE"):
         with open(os.environ["RESULT_FILE"].replace("{rank}", str(hvd.rank())), "w") as f:
-            json.dump(result, f)
+            json.dump({"rank": hvd.rank(), "size": hvd.size(), "loss": history.history["loss"], "weights": weights}, f)
 
 
 if __name__ == "__main__":

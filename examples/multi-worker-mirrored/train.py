@@ -2,12 +2,19 @@
 
 Runs as-is in a DistTrainJob pod: TensorFlow reads the cluster and this task's place in it from
 TF_CONFIG, which the operator injects. Synthetic data, no download. Worker 0 is the chief here
-(no chief replica): it alone writes the checkpoint.
+(no chief replica): it alone keeps the final checkpoint.
 
-Environment: TRAIN_STEPS (default 200), CHECKPOINT_DIR (default /tmp/checkpoints),
-RESULT_FILE (optional: the final loss and weights as JSON, for tests).
+A lost worker costs at most one epoch: Keras BackupAndRestore saves the training state at every
+epoch's end under CHECKPOINT_DIR/backup, a volume all workers share, and when the operator
+restarts the job (exit 128+, restartScope Job) training resumes at the epoch after the last one
+saved, not at epoch 0. Each worker prints one JSON line per event, so the logs say where it
+started: {"event": "start", "epoch": 3, "resumed": true}.
+
+Environment: TRAIN_STEPS (default 200, over all epochs), EPOCHS (default 4), CHECKPOINT_DIR
+(default /tmp/checkpoints), RESULT_FILE (optional: the final loss and weights as JSON, for tests).
 """
 
+import hashlib
 import json
 import os
 
@@ -26,28 +33,51 @@ def dataset() -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(1024, seed=1).repeat().batch(32).with_options(options)
 
 
+def say(**event: object) -> None:
+    print(json.dumps(event), flush=True)
+
+
+class Progress(keras.callbacks.Callback):
+    """One line where training starts (resumed or not) and one per finished epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = False
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        if not self.started:
+            self.started = True
+            say(event="start", epoch=epoch, resumed=epoch > 0)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        say(event="epoch_end", epoch=epoch, loss=float((logs or {}).get("loss", 0.0)))
+
+
 def main() -> None:
-    steps = int(os.environ.get("TRAIN_STEPS", "200"))
+    epochs = int(os.environ.get("EPOCHS", "4"))
+    steps = max(1, int(os.environ.get("TRAIN_STEPS", "200")) // epochs)
+    checkpoints = os.environ.get("CHECKPOINT_DIR", "/tmp/checkpoints")
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
         model = keras.Sequential([keras.layers.Dense(16, activation="relu", input_shape=(8,),
                                                      kernel_initializer=keras.initializers.GlorotUniform(seed=1)),
                                   keras.layers.Dense(1, kernel_initializer="zeros")])
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    history = model.fit(dataset(), epochs=2, steps_per_epoch=max(1, steps // 2), verbose=2)
+    backup = keras.callbacks.BackupAndRestore(backup_dir=os.path.join(checkpoints, "backup"))
+    history = model.fit(dataset(), epochs=epochs, steps_per_epoch=steps, callbacks=[backup, Progress()], verbose=0)
 
     resolver = strategy.cluster_resolver
     is_chief = resolver.task_type in (None, "chief") or (resolver.task_type == "worker" and resolver.task_id == 0)
-    checkpoints = os.environ.get("CHECKPOINT_DIR", "/tmp/checkpoints")
     # Every worker must take part in saving (it is a collective); only the chief keeps its copy.
     target = checkpoints if is_chief else os.path.join(checkpoints, f"tmp-worker-{resolver.task_id}")
     tf.train.Checkpoint(model=model).save(os.path.join(target, "ckpt"))
-    result = {"task": f"{resolver.task_type}-{resolver.task_id}", "loss": history.history["loss"],
-              "weights": [w.tolist() for w in model.get_weights()]}
-    print(json.dumps({"task": result["task"], "final_loss": result["loss"][-1]}))
+    weights = [w.tolist() for w in model.get_weights()]
+    task = f"{resolver.task_type}-{resolver.task_id}"
+    say(event="done", task=task, final_loss=history.history["loss"][-1],
+        weights_sha256=hashlib.sha256(json.dumps(weights).encode()).hexdigest())
     if os.environ.get("RESULT_FILE"):
         with open(os.environ["RESULT_FILE"], "w") as f:
-            json.dump(result, f)
+            json.dump({"task": task, "loss": history.history["loss"], "weights": weights}, f)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ def main() -> None:
             batch = rng.rand(32, 3).astype("float32")
             _, value = session.run([train_op, loss], feed_dict={x: batch, y: batch @ true_w})
             losses.append(float(value))
-    print(json.dumps({"task": f"{task_type}-{task_index}", "final_loss": losses[-1] if losses else None}))
+    print(json.dumps({"task": f"{task_type}-{task_index}", "first_loss": losses[0] if losses else None,
+                      "final_loss": losses[-1] if losses else None}), flush=True)
     if os.environ.get("RESULT_FILE"):
         with open(os.environ["RESULT_FILE"], "w") as f:
             json.dump({"task": f"{task_type}-{task_index}", "loss": losses}, f)

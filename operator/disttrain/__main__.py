@@ -64,18 +64,22 @@ def _run(args: argparse.Namespace) -> int:
     if not args.verbose:
         # kopf logs every handled event at INFO: at thousands of pods that is the whole log.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port)
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(3)}"
     if args.leader_election:
         from disttrain.leader import lead
 
-        identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(3)}"
         lead(args.leader_election_namespace, args.lease_name, identity, args.lease_duration)
     memo = kopf.Memo(workers=args.workers)
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         standalone=True,  # one active replica is the Lease's job, not kopf peering's
+        # Given, not guessed: kopf's own guess asks for the user's name, and a container run as
+        # an arbitrary UID (the chart's 65532, OpenShift's) has none: the operator died at start.
+        identity=identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str it doesn't export
         liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None,
         memo=memo,
     )

@@ -50,7 +50,7 @@ def test_version_is_the_pinned_release(cluster: Cluster) -> None:
 
 
 def test_fake_gpu_nodes_are_ready(cluster: Cluster) -> None:
-    nodes = cluster.core.list_node().items
+    nodes = cluster.core.list_node(label_selector="type=kwok").items
     assert len(nodes) >= 1
     for node in nodes:
         assert node.status.allocatable["nvidia.com/gpu"] == "8"

@@ -175,7 +175,7 @@ def test_health_and_metrics_endpoints(cluster: Cluster, namespace: str, tmp_path
     """What the chart's probes and ServiceMonitor read: kopf's /healthz and prometheus metrics."""
     import urllib.request
 
-    from localcluster import free_port
+    from ports import free_port
 
     health, metrics = free_port(), free_port()
     operator.stop()

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("operator")
 
 def test_mpi_job_hostfile_gating_success(cluster: Cluster, namespace: str) -> None:
     # The workers can't schedule until a node carries pool=late: the launcher must wait.
-    node = cluster.core.list_node().items[-1].metadata.name
+    node = cluster.core.list_node(label_selector="type=kwok").items[-1].metadata.name
     cluster.apply(mpi_job("hvd", workers=4, gpus=2, worker_node_selector={"pool": f"late-{namespace}"}), namespace)
     wait_for(lambda: len(pod_names(cluster, namespace, "hvd")) == 4, 30, "4 workers created")
     hostfile = wait_for(lambda: cluster.core.read_namespaced_config_map("hvd-mpi", namespace).data, 30)["hostfile"]

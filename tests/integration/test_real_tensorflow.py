@@ -37,11 +37,17 @@ def loopback_configs(cluster: Cluster, ns: str, job: str, count: int) -> dict[st
     return tf_configs_on_loopback({p.metadata.name: tf_config(p) for p in pods})
 
 
-def apply_example(cluster: Cluster, ns: str, example: str, name: str, pods: int) -> dict[str, dict[str, Any]]:
-    """Apply an example's job.yaml as users do (renamed), and return its pods' loopback TF_CONFIGs."""
-    job = yaml.safe_load((ROOT / "examples" / example / "job.yaml").read_text())
-    job["metadata"]["name"] = name
-    cluster.apply(job, ns)
+def apply_example(cluster: Cluster, ns: str, example: str, name: str, pods: int,
+                  workdir: Path) -> dict[str, dict[str, Any]]:
+    """Apply an example's job.yaml as users do (the job renamed; its claims get volumes, which
+    KWOK never mounts), and return its pods' loopback TF_CONFIGs."""
+    import realnode
+
+    docs = [d for d in yaml.safe_load_all((ROOT / "examples" / example / "job.yaml").read_text()) if d]
+    for claim in (d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"):
+        cluster.core.create_persistent_volume(realnode.claim_volume(ns, claim, workdir / "volumes" / claim))
+    next(d for d in docs if d["kind"] == "DistTrainJob")["metadata"]["name"] = name
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
     return loopback_configs(cluster, ns, name, pods)
 
 
@@ -83,7 +89,7 @@ def tensorflow_installed() -> None:
 
 
 def test_multi_worker_mirrored_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
-    configs = apply_example(cluster, namespace, "multi-worker-mirrored", "mwms", 2)
+    configs = apply_example(cluster, namespace, "multi-worker-mirrored", "mwms", 2, tmp_path)
     procs = {name: start(name, config, tmp_path, MWMS_SCRIPT) for name, config in configs.items()}
     wait_exit(procs, sorted(procs), tmp_path, timeout=300)
     w0, w1 = result(tmp_path, "mwms-worker-0"), result(tmp_path, "mwms-worker-1")
@@ -120,8 +126,9 @@ def test_parameter_server_trains_with_our_tf_config(cluster: Cluster, namespace:
 
 
 def test_tf1_between_graph_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
-    configs = apply_example(cluster, namespace, "tf1-between-graph", "tf1", 3)
-    procs = {name: start(name, config, tmp_path, TF1_SCRIPT) for name, config in configs.items()}
+    configs = apply_example(cluster, namespace, "tf1-between-graph", "tf1", 3, tmp_path)
+    # Two asynchronous workers share the steps: enough that worker 0 gets several of its own.
+    procs = {name: start(name, config, tmp_path, TF1_SCRIPT, steps=100) for name, config in configs.items()}
     try:
         wait_exit(procs, ["tf1-worker-0", "tf1-worker-1"], tmp_path, timeout=300)
         assert procs["tf1-ps-0"].poll() is None, "the ps serves until deleted"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Debian packages the real node and the image builds need: containerd, runc and the CNI plugins
+# (the node), iptables and conntrack (kube-proxy), buildah and debootstrap (make images), gcc
+# (the static pause). A no-op when present. Needs root, as the node itself does.
+set -euo pipefail
+need=()
+for pair in containerd:containerd runc:runc containernetworking-plugins:/usr/lib/cni/bridge iptables:iptables \
+            conntrack:conntrack buildah:buildah debootstrap:debootstrap gcc:gcc libc6-dev:/usr/lib/x86_64-linux-gnu/libc.a; do
+  package=${pair%%:*}; probe=${pair#*:}
+  if [[ $probe == /* ]]; then [ -e "$probe" ] || need+=("$package"); else command -v "$probe" >/dev/null || need+=("$package"); fi
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]} with apt" >&2
+  SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

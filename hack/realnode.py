@@ -1,0 +1,390 @@
+"""A real node for the local control plane: containerd, the CNI bridge, a kubelet, CoreDNS and
+kube-proxy on this machine, beside the KWOK nodes (`LocalCluster(real_node=True)`).
+
+Pods get their own network namespace and an address on the bridge `dt0` (10.89.0.0/24); the host
+is 10.89.0.1 there, where the API server, the kubelet and CoreDNS listen. Nothing is forwarded
+off the bridge (ip_forward stays as it is, 0 here): pods reach each other and the host, and
+kube-proxy's DNAT turns the `kubernetes` Service's 10.96.0.1 into the API server, so in-cluster
+clients work unchanged. The node is tainted and labelled `disttrain.dev/real-node=true`: only pods
+that ask for it (a toleration and a nodeSelector) land there.
+
+Facts this rests on (measured on these machines, cgroup v1, containerd 1.6.20 from Debian):
+- kubelet 1.35+ refuses cgroup v1 unless `failCgroupV1: false`;
+- runc can't lower its OOM score here ("failed to update /proc/self/oom_score_adj: Permission
+  denied", every sandbox failing with "can't get final child's PID from pipe: EOF") until the CRI
+  config says `restrict_oom_score_adj = true`;
+- no registry is reachable: images come from archives (hack/images.py), the sandbox image too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import pki
+from ports import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+NODE_NAME = "real-node-0"
+NODE_KEY = "disttrain.dev/real-node"  # the node's label and taint: pods that want it say so
+BRIDGE, SUBNET, GATEWAY = "dt0", "10.89.0.0/24", "10.89.0.1"
+# Kept across clusters, so an image is imported once (hack/images.py writes the archives).
+CONTAINERD_ROOT = REPO / ".cache" / "node" / "containerd"
+IMAGE_ARCHIVES = REPO / ".cache" / "images"
+STATE = Path("/run/disttrain-node")  # containerd's state and socket: tmpfs, a short path
+SOCKET = STATE / "containerd.sock"
+PAUSE_IMAGE = "docker.io/disttrain/pause:3.10"
+# Annotations that pin a namespace's pods to the real node (PodNodeSelector and
+# PodTolerationRestriction admission, enabled in the local plane's API server).
+NAMESPACE_ANNOTATIONS = {
+    "scheduler.alpha.kubernetes.io/node-selector": f"{NODE_KEY}=true",
+    "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(
+        [{"key": NODE_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]),
+}
+
+
+class Plane(Protocol):
+    """What the node needs of the control plane it joins (a LocalCluster)."""
+
+    root: Path
+    server: str
+
+    def spawn(self, name: str, argv: list[str]) -> None: ...
+    def api(self, method: str, path: str, body: Any = None, *, allow_missing: bool = False,
+            content_type: str = "application/json") -> Any: ...
+
+
+def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=check)
+
+
+def ctr(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return run("ctr", "--address", str(SOCKET), "--namespace", "k8s.io", *argv, check=check)
+
+
+def create_bridge() -> None:
+    """The pods' bridge with the host's address on it, made before the API server binds there."""
+    run("ip", "link", "add", BRIDGE, "type", "bridge")
+    run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+    run("ip", "link", "set", BRIDGE, "up")
+
+
+class RealNode:
+    def __init__(self, plane: Plane) -> None:
+        self.plane = plane
+        self.dir = plane.root / "node"
+        self.pki = plane.root / "pki"
+
+    # -- up ------------------------------------------------------------------------------------
+
+    def up(self, deadline: float) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        pki.node_identity(self.pki, NODE_NAME, GATEWAY)
+        (self.dir / "kubelet.kubeconfig").write_text(pki.kubeconfig_text(self.plane.server, self.pki,
+                                                                         "kubelet-client"))
+        self._start_containerd(deadline)
+        import_images()
+        self._start_coredns()
+        self._start_kubelet()
+        self._wait_node_ready(deadline)
+        self._start_kube_proxy()
+
+    def _start_containerd(self, deadline: float) -> None:
+        STATE.mkdir(parents=True, exist_ok=True)
+        CONTAINERD_ROOT.mkdir(parents=True, exist_ok=True)
+        cni = self.dir / "cni"
+        cni.mkdir(exist_ok=True)
+        (cni / "10-disttrain.conflist").write_text(json.dumps(cni_config(self.dir / "ipam"), indent=2))
+        config = self.dir / "containerd.toml"
+        config.write_text(containerd_config(cni))
+        self.plane.spawn("containerd", ["/usr/bin/containerd", "--config", str(config)])
+        while not SOCKET.exists() or ctr("version", check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"containerd did not start: {self.plane.root / 'logs' / 'containerd.log'}")
+            time.sleep(0.2)
+
+    def _start_coredns(self) -> None:
+        corefile = self.dir / "Corefile"
+        corefile.write_text(COREFILE.format(ip=GATEWAY, kubeconfig=self.plane.root / "kubeconfig"))
+        self.plane.spawn("coredns", [str(bin_path("coredns")), "-conf", str(corefile)])
+
+    def _start_kubelet(self) -> None:
+        config = self.dir / "kubelet.yaml"
+        config.write_text(json.dumps(kubelet_config(self.pki), indent=2))
+        self.plane.spawn("kubelet", [
+            str(bin_path("kubelet")), f"--config={config}", f"--kubeconfig={self.dir / 'kubelet.kubeconfig'}",
+            f"--root-dir={self.dir / 'kubelet'}", f"--hostname-override={NODE_NAME}", f"--node-ip={GATEWAY}",
+            f"--node-labels={NODE_KEY}=true", "--v=1"])
+
+    def _start_kube_proxy(self) -> None:
+        config = self.dir / "kube-proxy.yaml"
+        config.write_text(json.dumps({
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(self.plane.root / "kubeconfig")},
+            "hostnameOverride": NODE_NAME, "mode": "iptables", "clusterCIDR": SUBNET,
+            "bindAddress": GATEWAY, "nodePortAddresses": [f"{GATEWAY}/32"],
+            "healthzBindAddress": f"127.0.0.1:{free_port()}", "metricsBindAddress": f"127.0.0.1:{free_port()}",
+            # Leave the host's conntrack settings as they are.
+            "conntrack": {"maxPerCore": 0, "min": 0},
+        }))
+        self.plane.spawn("kube-proxy", [str(bin_path("kube-proxy")), f"--config={config}", "--v=1"])
+
+    def _wait_node_ready(self, deadline: float) -> None:
+        while True:
+            node = self.plane.api("GET", f"/api/v1/nodes/{NODE_NAME}", allow_missing=True)
+            conditions = (node or {}).get("status", {}).get("conditions", [])
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"node {NODE_NAME} not Ready: {conditions}; logs in {self.plane.root / 'logs'}")
+            time.sleep(0.5)
+
+    # -- down ----------------------------------------------------------------------------------
+
+    def drain(self, timeout: float = 60) -> None:
+        """Delete the node's pods through the API and let the kubelet tear down their sandboxes
+        (that is what releases their network namespaces and veths through CNI)."""
+        with contextlib.suppress(Exception):
+            self.plane.api("PATCH", f"/api/v1/nodes/{NODE_NAME}", {"spec": {"unschedulable": True}},
+                           content_type="application/merge-patch+json")
+            pods = self.plane.api("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE_NAME}")["items"]
+            for pod in pods:
+                meta = pod["metadata"]
+                self.plane.api("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                               {"gracePeriodSeconds": 0}, allow_missing=True)
+            end = time.monotonic() + timeout
+            while time.monotonic() < end and sandboxes():
+                time.sleep(0.5)
+
+    def down(self) -> None:
+        """Everything the node left behind, gone: containers, mounts, network namespaces, veths,
+        iptables chains, cgroups. Safe to call on a half-started or long-dead node."""
+        remove_containers()
+        remove_iptables_chains()
+        remove_network()
+        unmount_under(self.dir, STATE, CONTAINERD_ROOT)
+        remove_cgroups()
+
+
+# -- pieces ------------------------------------------------------------------------------------
+
+
+def pinned_namespace(name: str) -> dict[str, Any]:
+    """A Namespace whose pods all land on the real node."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "annotations": NAMESPACE_ANNOTATIONS}}
+
+
+def claim_volume(namespace: str, claim: str, folder: Path) -> dict[str, Any]:
+    """A hostPath PersistentVolume on the node for the claim `namespace/claim`: the shared volume
+    (ReadWriteMany) the examples' checkpoints go to, on a single node."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o777)  # the examples' containers may run as any user
+    return {"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": f"{namespace}-{claim}", "labels": {"disttrain.dev/claim-namespace": namespace}},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                     "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(folder)},
+                     "claimRef": {"namespace": namespace, "name": claim}}}
+
+
+def ready_to_run() -> bool:
+    """Whether this machine has what a real node needs: its binaries (make binaries), the
+    Debian packages (make node) and the images (make images)."""
+    tools = ["/usr/bin/containerd", "/usr/sbin/runc", "/usr/lib/cni/bridge"]
+    return all(bin_path(b).exists() for b in ("kubelet", "kube-proxy", "coredns")) and \
+        all(Path(t).exists() for t in tools) and (IMAGE_ARCHIVES / "pause.tar").exists()
+
+
+def bin_path(name: str) -> Path:
+    return Path(os.environ.get("DISTTRAIN_BIN_ROOT", REPO / ".cache" / "bin")) / name
+
+
+def cni_config(ipam_dir: Path) -> dict[str, Any]:
+    return {"cniVersion": "1.0.0", "name": "disttrain", "plugins": [{
+        "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
+        "ipam": {"type": "host-local", "dataDir": str(ipam_dir), "routes": [{"dst": "0.0.0.0/0"}],
+                 "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]]}}]}
+
+
+def containerd_config(cni_dir: Path) -> str:
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    return f"""version = 2
+root = "{CONTAINERD_ROOT}"
+state = "{STATE / 'state'}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+[grpc]
+  address = "{SOCKET}"
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+[{cri}.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+[{cri}.cni]
+  bin_dir = "/usr/lib/cni"
+  conf_dir = "{cni_dir}"
+"""
+
+
+def kubelet_config(pki_dir: Path) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "failCgroupV1": False, "cgroupDriver": "cgroupfs",
+        "containerRuntimeEndpoint": f"unix://{SOCKET}",
+        "address": GATEWAY, "port": 10250, "readOnlyPort": 0, "healthzPort": 0,
+        "tlsCertFile": str(pki_dir / "kubelet-server.crt"), "tlsPrivateKeyFile": str(pki_dir / "kubelet-server.key"),
+        # The API server (logs, exec) presents the admin cert of the same CA.
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                           "x509": {"clientCAFile": str(pki_dir / "ca.crt")}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "clusterDNS": [GATEWAY], "clusterDomain": "cluster.local", "resolvConf": "",
+        "registerWithTaints": [{"key": NODE_KEY, "value": "true", "effect": "NoSchedule"}],
+        "failSwapOn": False, "serializeImagePulls": False,
+        # Images can't be pulled again here: never collect them; and this shared machine's disk
+        # says nothing about the node's health.
+        "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                         "nodefs.inodesFree": "1%"},
+    }
+
+
+COREFILE = """cluster.local:53 {{
+    bind {ip}
+    errors
+    kubernetes cluster.local {{
+        kubeconfig {kubeconfig}
+    }}
+    cache 5
+}}
+"""
+
+
+def import_images() -> None:
+    """Import every archive `make images` wrote whose image containerd lacks (by digest)."""
+    present = {line.split()[0]: line.split()[2] for line in ctr("images", "ls").stdout.splitlines()[1:] if line}
+    for archive in sorted(a for a in IMAGE_ARCHIVES.glob("*.tar") if a.name != "base.tar"):
+        name, digest = archive_image(archive)
+        if present.get(name) != digest:
+            ctr("images", "import", "--no-unpack", str(archive))
+
+
+def archive_image(archive: Path) -> tuple[str, str]:
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None
+        manifest = json.load(member)["manifests"][0]
+    annotations = manifest["annotations"]
+    # hack/ociimage.py names the image for containerd; buildah's archives in the OCI ref name.
+    return annotations.get("io.containerd.image.name") or annotations["org.opencontainers.image.ref.name"], \
+        manifest["digest"]
+
+
+def sandboxes() -> list[str]:
+    if not SOCKET.exists():
+        return []
+    return ctr("tasks", "ls", "-q", check=False).stdout.split()
+
+
+def container_pid(container_id: str) -> int:
+    """The host PID of a container's main process (`containerd://<id>` from a pod's status)."""
+    task_id = container_id.removeprefix("containerd://")
+    for line in ctr("tasks", "ls").stdout.splitlines()[1:]:
+        task, pid, *_ = line.split()
+        if task == task_id:
+            return int(pid)
+    raise LookupError(f"no running task {task_id}")
+
+
+def remove_containers() -> None:
+    """Kill and delete every container containerd still runs (the kubelet is gone by now)."""
+    if not SOCKET.exists():
+        return
+    for task in sandboxes():
+        ctr("tasks", "kill", "--signal", "SIGKILL", "--all", task, check=False)
+    for task in sandboxes():
+        for _ in range(50):
+            if ctr("tasks", "delete", task, check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+    for container in ctr("containers", "ls", "-q", check=False).stdout.split():
+        ctr("containers", "delete", container, check=False)
+
+
+def remove_iptables_chains() -> None:
+    """kube-proxy's Service rules and the kubelet's own chains (KUBE-FIREWALL, its canaries): the
+    jumps into them from the built-in chains first, then the chains."""
+    for tool in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            rules = run(tool, "-t", table, "-S", check=False).stdout.splitlines()
+            for rule in rules:
+                if rule.startswith("-A ") and not rule.split()[1].startswith("KUBE-") and " -j KUBE-" in rule:
+                    run(tool, "-t", table, "-D", *shlex.split(rule)[1:], check=False)
+            chains = [r.split()[1] for r in rules if r.startswith("-N KUBE-")]
+            for verb in ("-F", "-X"):
+                for chain in chains:
+                    run(tool, "-t", table, verb, chain, check=False)
+
+
+def remove_network() -> None:
+    """CNI's network namespaces (cni-*), the bridge and with it every veth still attached."""
+    netns = Path("/var/run/netns")
+    for ns in netns.glob("cni-*") if netns.is_dir() else []:
+        run("ip", "netns", "delete", ns.name, check=False)
+    run("ip", "link", "delete", BRIDGE, check=False)
+
+
+def mounts_under(*roots: Path) -> list[str]:
+    prefixes = tuple(str(r.resolve()) + "/" for r in roots) + tuple(str(r.resolve()) for r in roots)
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point.startswith(prefixes):
+            found.append(point)
+    return found
+
+
+def unmount_under(*roots: Path) -> None:
+    for point in sorted(mounts_under(*roots), key=len, reverse=True):
+        run("umount", "--lazy", point, check=False)
+
+
+def remove_cgroups() -> None:
+    """The kubelet's kubepods hierarchies, deepest first (an empty cgroup is removed by rmdir)."""
+    for controller in Path("/sys/fs/cgroup").iterdir():
+        top = controller / "kubepods"
+        if not top.is_dir():
+            continue
+        for path in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        with contextlib.suppress(OSError):
+            top.rmdir()
+
+
+def leftovers(node_dir: Path) -> list[str]:
+    """What a stopped node must not leave: for `make cluster-down` and its test."""
+    found = [f"mount {m}" for m in mounts_under(node_dir, STATE, CONTAINERD_ROOT)]
+    netns = Path("/var/run/netns")
+    found += [f"netns {ns.name}" for ns in (netns.glob("cni-*") if netns.is_dir() else [])]
+    links = run("ip", "-o", "link", "show").stdout
+    found += [f"link {m}" for m in re.findall(r"^\d+: (veth[^@:]+)[@:]", links, re.M)]
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        found.append(f"link {BRIDGE}")
+    found += [f"iptables {table} {rule}" for table in ("filter", "nat") for rule in
+              run("iptables", "-t", table, "-S", check=False).stdout.splitlines() if "KUBE-" in rule]
+    found += [f"process {line}" for line in run("pgrep", "-af", "containerd-shim|kubelet --config|coredns -conf",
+                                                check=False).stdout.splitlines() if str(STATE) in line
+              or str(node_dir) in line]
+    return found

@@ -1,0 +1,228 @@
+"""End to end on a real node: containers built here, the operator installed by its chart and
+running from its image, every example applied with `kubectl apply -f examples/...` as a user
+would, trained by the real images to Succeeded; and a worker killed mid-training, whose job
+resumes from its last checkpoint.
+
+The namespaces are pinned to the real node by their annotations (PodNodeSelector and
+PodTolerationRestriction admission), so the examples apply unchanged. Their shared volumes are
+hostPath PersistentVolumes made for their claims. Logs are followed as the pods run: the pods
+the operator cleans up take theirs with them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from support import ROOT, Cluster, LogFollower, OperatorProcess, wait_for, wait_namespace_ready
+
+pytestmark = pytest.mark.e2e
+HELM = ROOT / ".cache" / "bin" / "helm"
+EXAMPLES = ROOT / "examples"
+TIMINGS = ROOT / ".cache" / "e2e-timings.json"
+Follow = Callable[[str, list[Any]], dict[str, LogFollower]]
+
+
+@pytest.fixture(scope="module")
+def real_node(cluster: Cluster) -> str:
+    import realnode
+
+    nodes = cluster.core.list_node(label_selector=f"{realnode.NODE_KEY}=true").items
+    if not nodes:
+        pytest.skip("no real node in this cluster (DISTTRAIN_REAL_NODE=1, make node images)")
+    return str(nodes[0].metadata.name)
+
+
+def pinned_namespace(cluster: Cluster, name: str) -> str:
+    import realnode
+
+    cluster.core.create_namespace(realnode.pinned_namespace(name))
+    wait_namespace_ready(cluster, name)
+    return name
+
+
+@pytest.fixture(scope="module")
+def chart_operator(crd: Cluster, operator: OperatorProcess, real_node: str) -> Iterator[str]:
+    """The operator as users run it: `helm install` of the chart, the image built here. The
+    session's own operator (a process on this machine) steps aside meanwhile."""
+    operator.stop()
+    release = pinned_namespace(crd, f"disttrain-{uuid.uuid4().hex[:6]}")
+    subprocess.run([str(HELM), "install", "disttrain", str(ROOT / "charts" / "disttrain-operator"), "-n", release,
+                    "--wait", "--timeout", "180s"], env=crd.env(), check=True, capture_output=True, text=True)
+    try:
+        yield release
+    finally:
+        subprocess.run([str(HELM), "uninstall", "disttrain", "-n", release, "--wait"], env=crd.env(),
+                       capture_output=True)
+        crd.core.delete_namespace(release)
+        operator.start()
+
+
+@pytest.fixture
+def job_namespace(cluster: Cluster, chart_operator: str) -> Iterator[str]:
+    ns = pinned_namespace(cluster, f"e2e-{uuid.uuid4().hex[:6]}")
+    yield ns
+    cluster.core.delete_namespace(ns)
+    for pv in cluster.core.list_persistent_volume(label_selector=f"disttrain.dev/claim-namespace={ns}").items:
+        cluster.core.delete_persistent_volume(pv.metadata.name)
+
+
+def apply_example(cluster: Cluster, ns: str, path: Path, tmp_path: Path,
+                  env: dict[str, str] | None = None) -> dict[str, Any]:
+    """`kubectl apply -f` the example; each PersistentVolumeClaim in it gets a hostPath volume on
+    the node. `env` overrides variables of the example's containers (the fault run's length)."""
+    import realnode
+
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for claim in (d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"):
+        cluster.core.create_persistent_volume(realnode.claim_volume(ns, claim, tmp_path / claim))
+    if env:
+        for replica in yaml_replicas(docs):
+            for container in replica["template"]["spec"]["containers"]:
+                container["env"] = [e for e in container.get("env", []) if e["name"] not in env] + [
+                    {"name": k, "value": v} for k, v in env.items()]
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
+    return next(d for d in docs if d["kind"] == "DistTrainJob")
+
+
+def yaml_replicas(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    job = next(d for d in docs if d["kind"] == "DistTrainJob")["spec"]
+    framework = job.get("tensorflow") or job["mpi"]
+    return [r for r in framework.values() if isinstance(r, dict) and "template" in r]
+
+
+def running_pods(cluster: Cluster, ns: str, job: str, count: int, timeout: float = 180) -> list[Any]:
+    def running() -> list[Any] | None:
+        pods = [p for p in cluster.pods(ns, f"disttrain.dev/job-name={job}") if not p.metadata.deletion_timestamp]
+        return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
+    return wait_for(running, timeout, f"{count} running pods of {job}", interval=0.5)
+
+
+@pytest.fixture
+def follow(cluster: Cluster) -> Iterator[Callable[[str, list[Any]], dict[str, LogFollower]]]:
+    """Follow pods' logs; every follower is stopped when the test ends, pass or fail."""
+    followers: list[LogFollower] = []
+
+    def start(ns: str, pods: list[Any]) -> dict[str, LogFollower]:
+        started = {p.metadata.name: LogFollower(cluster, ns, p.metadata.name) for p in pods}
+        followers.extend(started.values())
+        return started
+    yield start
+    for follower in followers:
+        follower.stop()
+
+
+def record_timing(name: str, seconds: float) -> None:
+    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    timings[name] = round(seconds, 1)
+    TIMINGS.write_text(json.dumps(timings, indent=2))
+
+
+def finish(cluster: Cluster, ns: str, job: str, started: float, logs: dict[str, LogFollower],
+           timeout: float = 600) -> dict[str, Any]:
+    status = wait_for(lambda: (s := cluster.job_status(ns, job)).get("phase") in ("Succeeded", "Failed") and s,
+                      timeout, f"{job} to finish", interval=1)
+    record_timing(job, time.monotonic() - started)
+    tails = "\n".join(f"--- {name}\n" + "\n".join(f.lines[-30:]) for name, f in logs.items())
+    assert status["phase"] == "Succeeded", f"{status.get('message')}\n{tails}"
+    return status
+
+
+def test_the_operator_runs_from_its_image_under_the_charts_security_context(cluster: Cluster,
+                                                                             chart_operator: str) -> None:
+    pod = cluster.pods(chart_operator, "app.kubernetes.io/name=disttrain-operator")[0]
+    assert pod.spec.security_context.run_as_user == 65532
+    assert pod.spec.containers[0].security_context.read_only_root_filesystem
+    log = cluster.kubectl("logs", "-n", chart_operator, pod.metadata.name).stdout
+    assert "became the leader" in log and "Forbidden" not in log and "Traceback" not in log
+    ip = pod.status.pod_ip
+    with urllib.request.urlopen(f"http://{ip}:8081/healthz", timeout=10) as resp:
+        assert resp.status == 200
+    with urllib.request.urlopen(f"http://{ip}:8080/metrics", timeout=10) as resp:
+        assert "disttrain_reconcile_duration_seconds" in resp.read().decode()
+
+
+def test_multi_worker_mirrored(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+    started = time.monotonic()
+    apply_example(cluster, job_namespace, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path)
+    logs = follow(job_namespace, running_pods(cluster, job_namespace, "mnist-mwms", 2))
+    status = finish(cluster, job_namespace, "mnist-mwms", started, logs)
+    done = {name: f.wait_event(lambda e: e.get("event") == "done", "the final line") for name, f in logs.items()}
+    assert len({d["weights_sha256"] for d in done.values()}) == 1, f"workers disagree: {done}"
+    losses = [e["loss"] for e in logs["mnist-mwms-worker-0"].events() if e.get("event") == "epoch_end"]
+    assert losses[-1] < losses[0], losses
+    assert status["restarts"] == 0
+
+
+def test_a_killed_worker_resumes_from_its_checkpoint(cluster: Cluster, job_namespace: str, tmp_path: Path,
+                                                     follow: Follow) -> None:
+    import realnode
+
+    started = time.monotonic()
+    # Long enough that the kill lands mid-training.
+    apply_example(cluster, job_namespace, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path,
+                  env={"TRAIN_STEPS": "3000", "EPOCHS": "6"})
+    first = running_pods(cluster, job_namespace, "mnist-mwms", 2)
+    logs = follow(job_namespace, first)
+    logs["mnist-mwms-worker-1"].wait_event(lambda e: e.get("event") == "epoch_end" and e["epoch"] >= 1,
+                                           "two finished epochs")
+    victim = next(p for p in first if p.metadata.name == "mnist-mwms-worker-1")
+    os.kill(realnode.container_pid(victim.status.container_statuses[0].container_id), signal.SIGKILL)
+
+    old = {p.metadata.uid for p in first}
+    second = wait_for(lambda: (pods := running_pods(cluster, job_namespace, "mnist-mwms", 2))
+                      and not old & {p.metadata.uid for p in pods} and pods, 180, "the job restarted with new pods")
+    resumed = follow(job_namespace, second)
+    start = resumed["mnist-mwms-worker-0"].wait_event(lambda e: e.get("event") == "start", "where training starts")
+    status = finish(cluster, job_namespace, "mnist-mwms", started, resumed)
+    assert start["resumed"] and start["epoch"] >= 2, start
+    (tmp_path.parent / "resumed-at.json").write_text(json.dumps(start))
+    assert status["restarts"] == 1
+    cluster.wait_event(job_namespace, "mnist-mwms", lambda e: e.reason == "PodFailed" and "code 137" in e.message,
+                       "the restart, with the exit code")
+
+
+def test_parameter_server(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+    started = time.monotonic()
+    apply_example(cluster, job_namespace, EXAMPLES / "parameter-server" / "job.yaml", tmp_path)
+    logs = follow(job_namespace, running_pods(cluster, job_namespace, "ps-example", 5))
+    finish(cluster, job_namespace, "ps-example", started, logs)
+    chief = logs["ps-example-chief-0"].wait_event(lambda e: e.get("task", "").startswith("chief"), "the result")
+    assert chief["final_loss"] < chief["untrained_loss"] / 2, chief
+    # ps and workers serve forever (server.join()): the operator ended them.
+    wait_for(lambda: [p.metadata.name for p in cluster.pods(job_namespace, "disttrain.dev/job-name=ps-example")
+                      if not p.metadata.deletion_timestamp] == ["ps-example-chief-0"], 60, "ps and workers deleted")
+
+
+def test_tf1_between_graph(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+    started = time.monotonic()
+    apply_example(cluster, job_namespace, EXAMPLES / "tf1-between-graph" / "job.yaml", tmp_path)
+    logs = follow(job_namespace, running_pods(cluster, job_namespace, "tf1-ps-worker", 3))
+    finish(cluster, job_namespace, "tf1-ps-worker", started, logs)
+    result = logs["tf1-ps-worker-worker-0"].wait_event(lambda e: "final_loss" in e, "the result")
+    assert result["final_loss"] < result["first_loss"], result
+
+
+def test_horovod(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+    started = time.monotonic()
+    apply_example(cluster, job_namespace, EXAMPLES / "horovod" / "job.yaml", tmp_path)
+    # The launcher is made once both workers are Ready, and may finish soon after.
+    launcher_pod = wait_for(lambda: next((p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")
+                                          if p.status.phase in ("Running", "Succeeded")), None), 120, "the launcher")
+    launcher = follow(job_namespace, [launcher_pod])
+    finish(cluster, job_namespace, "horovod-keras", started, launcher)
+    log = launcher["horovod-keras-launcher"]
+    done = wait_for(lambda: len(d := [e for e in log.events() if e.get("event") == "done"]) == 2 and d, 30,
+                    "both ranks' final lines")
+    assert {d["size"] for d in done} == {2} and len({d["weights_sha256"] for d in done}) == 1, done
