@@ -14,6 +14,7 @@ TF_STAMP := $(TF_VENV)/.stamp-$(shell echo "$(TF_PACKAGES) $(TF_KERAS) no-deps" 
 HVD_VENV := .cache/hvd-venv
 CLUSTER_DIR := .cache/cluster
 PYTEST_ARGS ?=
+, := ,
 
 .PHONY: all help test lint unit integration e2e venv tf-venv mpi-e2e binaries node images cluster-up cluster-down \
         crd demo bench clean
@@ -85,7 +86,8 @@ crd: venv ## regenerate the CRD from a running plane's PodTemplateSpec (make clu
 	cp crds/disttrainjobs.disttrain.dev.yaml charts/disttrain-operator/crds/
 
 # A job from `kubectl apply` to Succeeded on the local control plane, with real TensorFlow.
-demo: venv binaries tf-venv $(if $(REAL_NODE),node images) ## a job from kubectl apply to Succeeded (REAL_NODE=1: in containers)
+demo: venv binaries tf-venv $(if $(REAL_NODE),node) ## a job from kubectl apply to Succeeded (REAL_NODE=1: in containers)
+	$(if $(REAL_NODE),$(PY) hack/images.py --only operator$(,)tensorflow)
 	$(PY) hack/demo.py $(if $(REAL_NODE),--real-node)
 
 # Operator vs a plain client doing the same API writes; writes bench-results/results.md.
