@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV := .cache/venv
 PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
-BINARIES_STAMP := .cache/bin/.stamp-$(shell cat hack/versions.env hack/kube/go.mod hack/kube/coredns/main.go hack/etcd/go.mod | sha1sum | cut -c1-12)
+BINARY_SOURCES := hack/versions.env hack/build-binaries.sh hack/kube/go.mod $(wildcard hack/kube/*/main.go) \
+                  hack/volcano/go.mod hack/etcd/go.mod
+BINARIES_STAMP := .cache/bin/.stamp-$(shell cat $(BINARY_SOURCES) | sha1sum | cut -c1-12)
 TF_VENV := .cache/tf-venv
 # Real TensorFlow for the end-to-end TF_CONFIG tests (CPU build; ~600 MB, cached).
 # tf-keras without its dependencies: it requires `tensorflow`, the full build, beside tensorflow-cpu.
@@ -49,7 +51,7 @@ mpi-e2e: ## Open MPI, sshd and Horovod 0.28.1 for the real-mpirun tests (.cache/
 	hack/mpi-e2e/setup-system.sh
 	hack/mpi-e2e/build-hvd-venv.sh $(HVD_VENV)
 
-$(BINARIES_STAMP): hack/versions.env hack/kube/go.mod hack/kube/coredns/main.go hack/etcd/go.mod
+$(BINARIES_STAMP): $(BINARY_SOURCES)
 	hack/build-binaries.sh
 	touch $@
 

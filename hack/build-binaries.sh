@@ -15,9 +15,11 @@ need() { [ -x "$1" ] || { echo "building $(basename "$1") ..." >&2; return 0; };
 
 # One module graph (hack/kube), one `go build` for all of it: the control plane, kubectl (the
 # installed one may be older than the skew policy allows), the real node's kubelet and
-# kube-proxy, and CoreDNS with the plugins the cluster's DNS uses (hack/kube/coredns).
-k8s_dir=$BIN_ROOT/kubernetes-$KUBERNETES_VERSION-coredns-$COREDNS_VERSION
-commands=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy coredns)
+# kube-proxy, CoreDNS with the plugins the cluster's DNS uses (hack/kube/coredns), and
+# scheduler-plugins' Coscheduling scheduler and its PodGroup controller.
+k8s_dir=$BIN_ROOT/kubernetes-$KUBERNETES_VERSION-coredns-$COREDNS_VERSION-sp-$SCHEDULER_PLUGINS_VERSION
+commands=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy coredns coscheduler
+          coscheduling-controller)
 missing=()
 for cmd in "${commands[@]}"; do need "$k8s_dir/$cmd" && missing+=("$cmd"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -28,13 +30,30 @@ if [ ${#missing[@]} -gt 0 ]; then
    -X $pkg.gitCommit=module-proxy-$KUBERNETES_VERSION"
   packages=()
   for cmd in "${missing[@]}"; do
-    case $cmd in coredns) packages+=(./coredns) ;; *) packages+=("k8s.io/kubernetes/cmd/$cmd") ;; esac
+    case $cmd in coredns|cosched*) packages+=("./$cmd") ;; *) packages+=("k8s.io/kubernetes/cmd/$cmd") ;; esac
   done
   tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
   (cd hack/kube && go build -ldflags "$ldflags" -o "$tmp/" "${packages[@]}")
   mkdir -p "$k8s_dir"
   mv "$tmp"/* "$k8s_dir/"; rmdir "$tmp"
 fi
+
+# Volcano's scheduler: its own graph (hack/volcano), on the Kubernetes libraries it is written for.
+vc_dir=$BIN_ROOT/volcano-$VOLCANO_VERSION
+if need "$vc_dir/vc-scheduler"; then
+  mkdir -p "$vc_dir"
+  (cd hack/volcano && go build -ldflags "-s -w" -o "$vc_dir/vc-scheduler.tmp" volcano.sh/volcano/cmd/scheduler)
+  mv "$vc_dir/vc-scheduler.tmp" "$vc_dir/vc-scheduler"
+fi
+
+# The gang schedulers' CRDs, as their modules publish them.
+crds=$BIN_ROOT/crds
+mkdir -p "$crds/scheduler-plugins" "$crds/volcano"
+sp=$(cd hack/kube && go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)
+cp "$sp"/config/crd/bases/scheduling.x-k8s.io_{podgroups,elasticquotas}.yaml "$crds/scheduler-plugins/"
+vc=$(cd hack/volcano && go list -m -f '{{.Dir}}' volcano.sh/volcano)
+cp "$vc"/installer/helm/chart/volcano/crd/bases/*.yaml "$crds/volcano/"
+chmod -R u+w "$crds"
 
 etcd_bin=$BIN_ROOT/etcd-$ETCD_VERSION/etcd
 if need "$etcd_bin"; then
@@ -56,6 +75,7 @@ install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 
 for cmd in "${commands[@]}"; do ln -sfn "$k8s_dir/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$etcd_bin" "$BIN_ROOT/etcd"
+ln -sfn "$vc_dir/vc-scheduler" "$BIN_ROOT/vc-scheduler"
 ln -sfn "$BIN_ROOT/kwok-$KWOK_VERSION/kwok" "$BIN_ROOT/kwok"
 ln -sfn "$BIN_ROOT/helm-$HELM_VERSION/helm" "$BIN_ROOT/helm"
 echo "local cluster binaries ready in $BIN_ROOT" >&2

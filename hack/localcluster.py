@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gangschedulers
 import realnode
 from pki import kubeconfig_text, write_pki
 from ports import free_port
@@ -39,6 +40,9 @@ DEFAULT_DIR = REPO / ".cache" / "cluster"
 STAGES = REPO / "hack" / "kwok" / "stages.yaml"
 SERVICE_CIDR = "10.96.0.0/16"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# Kubernetes' own gang scheduling, on in the API server and the scheduler (its plugin joins the
+# default profile once the gate is on); the controller-manager needs GenericWorkload alone.
+GANG_GATES = "GenericWorkload=true,GangScheduling=true"
 
 
 def tf_configs_on_loopback(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -62,6 +66,8 @@ class LocalCluster:
     nodes: int = 4
     gpus_per_node: int = 8
     real_node: bool = False  # a kubelet with containerd on this machine too (hack/realnode.py)
+    # scheduler-plugins' and Volcano's schedulers beside the default one (hack/gangschedulers.py)
+    gang_schedulers: bool = True
     processes: dict[str, int] = field(default_factory=dict)
     # The children this object started, kept so they are reaped (and Python doesn't warn).
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -85,6 +91,7 @@ class LocalCluster:
     def up(self, timeout: float = 60) -> LocalCluster:
         wanted = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
         wanted += ["kubelet", "kube-proxy", "coredns"] if self.real_node else []
+        wanted += ["coscheduler", "coscheduling-controller", "vc-scheduler"] if self.gang_schedulers else []
         missing = [b for b in wanted if not (BIN_DIR / b).exists()]
         if missing:
             raise RuntimeError(f"missing {missing} in {BIN_DIR}: run hack/build-binaries.sh (make binaries)")
@@ -106,6 +113,8 @@ class LocalCluster:
             self._start_controllers(pki)
             self._start_kwok()
             self._create_nodes()
+            if self.gang_schedulers:
+                gangschedulers.start(self, BIN_DIR, deadline)
             if self.real_node:
                 realnode.RealNode(self).up(deadline)
             self._wait_ready(deadline)
@@ -202,6 +211,9 @@ class LocalCluster:
             # A namespace's annotations may pin its pods to nodes (a node selector and default
             # tolerations): how the real node's tests run the examples unchanged.
             "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
+            # Kubernetes' own gang scheduling (KEP-4671, alpha): the Workload and PodGroup API and
+            # the pods' spec.schedulingGroup.
+            f"--feature-gates={GANG_GATES}", "--runtime-config=scheduling.k8s.io/v1alpha2=true",
             "--profiling=false",
             # The `kubernetes` Service's endpoint: pods on the real node reach the API server
             # through it (kube-proxy); a loopback address can't be an endpoint.
@@ -225,7 +237,10 @@ class LocalCluster:
             # replicaset: the chart's operator Deployment.
             "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
             "endpointslice,endpoint,podgc,ttl,nodelifecycle,resourcequota,root-ca-cert-publisher,"
-            "persistentvolume-binder,deployment,replicaset",
+            "persistentvolume-binder,deployment,replicaset,podgroup-protection-controller",
+            # podgroup-protection-controller lifts the finalizer every PodGroup gets once none
+            # of its pods runs: without it a PodGroup is never deleted.
+            "--feature-gates=GenericWorkload=true",
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
             "--kube-api-qps=1000", "--kube-api-burst=2000", "--concurrent-gc-syncs=50",
             "--v=1",
@@ -237,7 +252,8 @@ class LocalCluster:
             "clientConnection": {"kubeconfig": kc, "qps": 1000, "burst": 2000},
             "leaderElection": {"leaderElect": False},
         }))
-        self._spawn("kube-scheduler", [f"--config={scheduler_config}", "--secure-port=0", "--v=1"])
+        self._spawn("kube-scheduler", [f"--config={scheduler_config}", "--secure-port=0",
+                                       f"--feature-gates={GANG_GATES}", "--v=1"])
 
     def _start_kwok(self) -> None:
         self._spawn("kwok", [
@@ -380,10 +396,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["up", "down"])
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="state folder (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=4, help="fake GPU nodes (default %(default)s)")
+    parser.add_argument("--no-gang-schedulers", action="store_true",
+                        help="without scheduler-plugins' and Volcano's schedulers beside the default one")
     parser.add_argument("--real-node", action="store_true",
                         help="also a real node: containerd, kubelet, CoreDNS, kube-proxy (needs root, make node)")
     args = parser.parse_args(argv)
-    cluster = LocalCluster(root=args.dir.resolve(), nodes=args.nodes, real_node=args.real_node)
+    cluster = LocalCluster(root=args.dir.resolve(), nodes=args.nodes, real_node=args.real_node,
+                           gang_schedulers=not args.no_gang_schedulers)
     if args.command == "down":
         cluster.down()
         print("local control plane stopped")

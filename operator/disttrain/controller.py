@@ -20,6 +20,7 @@ from disttrain import metrics, mpi
 from disttrain.clock import Clock, SystemClock
 from disttrain.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from disttrain.expectations import Expectations
+from disttrain.groups import Groups
 from disttrain.kube import Conflict, Invalid
 from disttrain.objects import JobRef, PodKey, is_controlled_by, is_from_earlier_job
 from disttrain.observed import ObservedPod
@@ -44,7 +45,10 @@ class KubeAPI(Protocol):
     """The API writes the controller makes (`disttrain.kube.Kube`; an in-memory fake in tests)."""
 
     async def create(self, obj: Mapping[str, Any]) -> bool: ...
+    async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
     async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
+    async def delete(self, obj: Mapping[str, Any], uid: str) -> None: ...
+    async def served_group_versions(self) -> set[str]: ...
     async def replace_config_map_data(self, obj: Mapping[str, Any]) -> bool: ...
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
     async def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
@@ -72,6 +76,7 @@ class Controller:
         self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
         self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
         self.uids: dict[JobKey, str] = {}
+        self.groups = Groups(kube, self.clock)
         self._creates = asyncio.Semaphore(create_concurrency)
         self._jobs: JobIndex = {}
         self._pods: PodIndex = {}
@@ -113,6 +118,7 @@ class Controller:
             if ref.uid not in self.ssh_keys:
                 self.ssh_keys[ref.uid] = mpi.generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
+        job = await self.groups.observe(job)
         plan = reconcile(job, self._observed_pods(key, ref), self.clock.now(), keys)
         try:
             return await self._apply(key, ref, spec.framework.value, body, plan)
@@ -128,6 +134,7 @@ class Controller:
             self.supported.discard(uid)
             self.ssh_keys.pop(uid, None)
             self.written = {k: v for k, v in self.written.items() if k[0] != uid}
+            self.groups.forget(uid)
 
     def _expectations(self, key: JobKey, ref: JobRef) -> Expectations:
         exp = self.expectations.get(key)
@@ -154,6 +161,8 @@ class Controller:
         await asyncio.gather(*(self.kube.delete_pod(ref.namespace, p.name, p.uid) for p in plan.delete))
         metrics.PODS_DELETED.inc(len(plan.delete))
 
+        if await self.groups.release(ref, plan.delete_objects):
+            self.supported.discard(ref.uid)  # made afresh with the next pods
         failure, wait = await self._create_all(exp, ref, framework, plan.create)
         if ref.uid in self.supported:
             for obj in plan.keep_current:
@@ -187,6 +196,7 @@ class Controller:
                 if ownership is Ownership.WAIT:
                     return None, True
             self.supported.add(ref.uid)
+            self.groups.forget(ref.uid)
         results = await asyncio.gather(*(self._create_pod(exp, ref, framework, p) for p in pods))
         return next((r for r in results if r is not None), None), False
 

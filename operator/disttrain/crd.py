@@ -14,6 +14,7 @@ from disttrain.crd_spec import (
     FlowMapping,
     Schema,
     enum_field,
+    gang_size_rule,
     int_field,
     mpi_schema,
     run_policy_schema,
@@ -95,10 +96,24 @@ def status_schema() -> Schema:
                     },
                 },
             },
+            "gang": gang_status_schema(),
             "startTime": string_field("When the operator started the job (or resumed it).", format="date-time"),
             "completionTime": string_field("When the job succeeded or failed.", format="date-time"),
             "observedGeneration": {"type": "integer", "format": "int64",
                                    "description": "The spec generation this status describes."},
+        },
+    }
+
+
+def gang_status_schema() -> Schema:
+    return {
+        "type": "object",
+        "description": "The gang this job is scheduled as (runPolicy.scheduling.gang), once a provider is chosen; "
+                       "it stays for the job's life.",
+        "properties": {
+            "provider": string_field("Kubernetes, SchedulerPlugins or Volcano."),
+            "podGroup": string_field("Name of the PodGroup (and, for Kubernetes, the Workload)."),
+            "minAvailable": int_field("Pods scheduled together."),
         },
     }
 
@@ -125,6 +140,7 @@ def job_schema() -> Schema:
                      "message": "exactly one of spec.tensorflow or spec.mpi must be set"},
                     {"rule": "has(self.tensorflow) == has(oldSelf.tensorflow)",
                      "message": "a job can't switch between spec.tensorflow and spec.mpi after it is created"},
+                    gang_size_rule(),
                 ],
             },
             "status": status_schema(),

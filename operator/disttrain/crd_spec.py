@@ -14,6 +14,7 @@ from typing import Any
 from disttrain import defaults
 from disttrain.spec import (
     CleanPodPolicy,
+    GangProvider,
     LauncherStart,
     MPIImplementation,
     RestartPolicy,
@@ -165,18 +166,60 @@ def run_policy_schema() -> Schema:
                 defaults.CLEAN_POD_POLICY),
             "suspend": {"type": "boolean", "default": defaults.SUSPEND, "description":
                         "true: delete the job's pods and hold it in phase Suspended; false again: start afresh."},
-            "scheduling": {
-                "type": "object",
-                "description": "Scheduling of the job's pods.",
-                "properties": {
-                    "schedulerName": string_field("Scheduler for every pod (for example volcano), unless a template "
-                                          "names its own."),
-                    "gang": {"type": "boolean", "default": defaults.GANG, "description":
-                             "Gang-schedule: a PodGroup with minMember = all pods (Volcano or scheduler-plugins). "
-                             "Accepted but not acted on yet in this version."},
-                    "queue": string_field("Queue of the PodGroup (Volcano). Not acted on yet in this version."),
-                    "priorityClassName": string_field("PriorityClass for every pod, unless a template names its own."),
-                },
-            },
+            "scheduling": scheduling_schema(),
         },
+    }
+
+
+def scheduling_schema() -> Schema:
+    return {
+        "type": "object",
+        "description": "Scheduling of the job's pods.",
+        "properties": {
+            "schedulerName": string_field("Scheduler for every pod (for example volcano), unless a template names "
+                                          "its own."),
+            "gang": immutable(gang_schema(), "runPolicy.scheduling.gang"),
+            "queue": string_field("Volcano queue of the job's PodGroup (gang provider Volcano; Volcano's default "
+                                  "queue if unset)."),
+            "priorityClassName": string_field("PriorityClass for every pod, unless a template names its own."),
+        },
+    }
+
+
+def gang_schema() -> Schema:
+    return {
+        "type": "object",
+        "description": "Gang scheduling: the pods created together (every pod; for MPI the workers, and the "
+                       "launcher only with launcherStart Immediately) are scheduled all at once or not at all, so "
+                       "jobs never hold part of the GPUs each. Present (even empty, {}) turns it on. A PodGroup is "
+                       "made before the pods, deleted when the job finishes or is suspended, and made afresh on a "
+                       "whole-job restart.",
+        "properties": {
+            "provider": enum_field(
+                "Which scheduler's API: Kubernetes (scheduling.k8s.io/v1alpha2 Workload and PodGroup, kube-scheduler's "
+                "GangScheduling), SchedulerPlugins (scheduling.x-k8s.io PodGroup, Coscheduling), Volcano "
+                "(scheduling.volcano.sh PodGroup). Auto: the one schedulerName points at, else Kubernetes', else "
+                "whichever the cluster serves; an event says which.",
+                [p.value for p in GangProvider], defaults.GANG_PROVIDER),
+            "minAvailable": int_field("Pods that must be scheduled together. Default: every pod created together.",
+                                      minimum=1),
+            "timeoutSeconds": int_field("How long the scheduler holds a partly placed gang before it lets go "
+                                        "(SchedulerPlugins' scheduleTimeoutSeconds; Kubernetes waits a fixed 5 "
+                                        "minutes, Volcano until resources free up).", minimum=1),
+        },
+    }
+
+
+def gang_size_rule() -> Schema:
+    """minAvailable counts pods created together: more could never be scheduled at once."""
+    gang = "self.runPolicy.scheduling.gang"
+    tf = " + ".join(f"(has(self.tensorflow.{t}) ? self.tensorflow.{t}.replicas : 0)"
+                    for t in ("chief", "ps", "worker", "evaluator"))
+    mpi = "self.mpi.worker.replicas + (self.mpi.launcherStart == 'Immediately' ? 1 : 0)"
+    return {
+        "rule": f"!has(self.runPolicy) || !has(self.runPolicy.scheduling) || !has({gang}) || "
+                f"!has({gang}.minAvailable) || {gang}.minAvailable <= (has(self.tensorflow) ? {tf} : {mpi})",
+        "message": "runPolicy.scheduling.gang.minAvailable is more than the pods created together (every pod; for "
+                   "MPI the workers, plus the launcher with launcherStart Immediately)",
+        "fieldPath": ".runPolicy.scheduling.gang.minAvailable",
     }

@@ -15,4 +15,8 @@ MPI_LAUNCHER_START = "WhenWorkersReady"
 BACKOFF_LIMIT = 3
 CLEAN_POD_POLICY = "Running"
 SUSPEND = False
-GANG = False
+GANG_PROVIDER = "Auto"
+# The schedulers' names a gang provider's pods get unless the job names one (their usual names:
+# scheduler-plugins' Helm chart installs this second scheduler; Volcano's is `volcano`).
+SCHEDULER_PLUGINS_SCHEDULER = "scheduler-plugins-scheduler"
+VOLCANO_SCHEDULER = "volcano"

@@ -19,6 +19,8 @@ from disttrain.status import timestamp
 MERGE_PATCH = "application/merge-patch+json"
 # The core/v1 kinds a job owns, and their names in the client's method names.
 _CORE_KINDS = {"Pod": "pod", "Service": "service", "ConfigMap": "config_map", "Secret": "secret"}
+# The other kinds it may own (a gang's group): their plural resource names.
+_PLURALS = {"Workload": "workloads", "PodGroup": "podgroups"}
 
 
 class Conflict(Exception):
@@ -52,11 +54,14 @@ class Kube:
         await self.api_client.close()
 
     async def create(self, obj: Mapping[str, Any]) -> bool:
-        """Create a core/v1 object; False if one of that name already exists."""
+        """Create an object the job owns; False if one of that name already exists."""
         ns, kind = obj["metadata"]["namespace"], obj["kind"]
-        create = getattr(self.core, f"create_namespaced_{_CORE_KINDS[kind]}")
         try:
-            await create(ns, obj, field_manager=FIELD_MANAGER)
+            if kind in _CORE_KINDS:
+                await getattr(self.core, f"create_namespaced_{_CORE_KINDS[kind]}")(ns, obj, field_manager=FIELD_MANAGER)
+            else:
+                await self.custom.create_namespaced_custom_object(*_group_version(obj), ns, _PLURALS[kind], obj,
+                                                                  field_manager=FIELD_MANAGER)
         except ApiException as err:
             if err.status == 409:
                 return False
@@ -65,19 +70,47 @@ class Kube:
             raise
         return True
 
-    async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The metadata of the core/v1 object of `obj`'s kind, namespace and name; None if absent.
-        Read only when a create finds the name taken, to learn who controls the object there."""
+    async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The object of `obj`'s kind, namespace and name as the API server has it; None if absent.
+        Read when a create finds the name taken (who controls it?) and for a Volcano group's phase."""
         meta, kind = obj["metadata"], obj["kind"]
-        read = getattr(self.core, f"read_namespaced_{_CORE_KINDS[kind]}")
         try:
-            found = await read(meta["name"], meta["namespace"])
+            if kind in _CORE_KINDS:
+                read = getattr(self.core, f"read_namespaced_{_CORE_KINDS[kind]}")
+                found = await read(meta["name"], meta["namespace"])
+                result: dict[str, Any] = self.api_client.sanitize_for_serialization(found)
+                return result
+            got: dict[str, Any] = await self.custom.get_namespaced_custom_object(
+                *_group_version(obj), meta["namespace"], _PLURALS[kind], meta["name"])
+            return got
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        result: dict[str, Any] = self.api_client.sanitize_for_serialization(found.metadata)
-        return result
+
+    async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        found = await self.get(obj)
+        return None if found is None else dict(found.get("metadata") or {})
+
+    async def delete(self, obj: Mapping[str, Any], uid: str) -> None:
+        """Delete exactly this object (uid precondition) of a kind the job owns; gone already is fine."""
+        meta, kind = obj["metadata"], obj["kind"]
+        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        try:
+            if kind in _CORE_KINDS:
+                await getattr(self.core, f"delete_namespaced_{_CORE_KINDS[kind]}")(meta["name"], meta["namespace"],
+                                                                                   body=body)
+            else:
+                await self.custom.delete_namespaced_custom_object(*_group_version(obj), meta["namespace"],
+                                                                  _PLURALS[kind], meta["name"], body=body)
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
+    async def served_group_versions(self) -> set[str]:
+        """Every group/version the API server serves (discovery): which gang APIs exist here."""
+        groups = await client.ApisApi(self.api_client).get_api_versions()
+        return {v.group_version for g in groups.groups for v in g.versions}
 
     async def replace_config_map_data(self, obj: Mapping[str, Any]) -> bool:
         """Set a ConfigMap's data; False if it doesn't exist (yet)."""
@@ -146,6 +179,11 @@ class Kube:
             "reportingInstance": self.instance,
         }
         await self.core.create_namespaced_event(namespace, event)
+
+
+def _group_version(obj: Mapping[str, Any]) -> tuple[str, str]:
+    group, version = str(obj["apiVersion"]).split("/")
+    return group, version
 
 
 def _message(err: ApiException) -> str:

@@ -27,6 +27,8 @@ class ObservedPod:
     exit_code: int | None  # of a failed pod: the first non-zero exit code among its containers
     reason: str | None  # why it failed: the pod's reason (Evicted, ...) or the container's (OOMKilled, Error)
     container_restarts: int  # restarts the kubelet made (restartPolicy OnFailure / Always)
+    scheduled: bool = False  # bound to a node
+    unschedulable: str | None = None  # the scheduler's word on why not (its PodScheduled=False message)
 
     @property
     def active(self) -> bool:
@@ -70,4 +72,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         exit_code=exit_code,
         reason=reason,
         container_restarts=sum(int(cs.get("restartCount") or 0) for cs in statuses),
+        scheduled=bool((pod.get("spec") or {}).get("nodeName")),
+        unschedulable=next((c.get("message") or c.get("reason") for c in conditions
+                            if c.get("type") == "PodScheduled" and c.get("status") == "False"), None),
     )

@@ -26,6 +26,8 @@ class Plan:
     requeue_after: float | None = None  # seconds until a deadline or TTL falls due
     # Objects to keep current while the job runs (MPI's discover_hosts.sh follows the workers).
     keep_current: list[dict[str, Any]] = field(default_factory=list)
+    # Supporting objects to delete (a gang's group when the job finishes, is suspended or restarts).
+    delete_objects: list[dict[str, Any]] = field(default_factory=list)
 
     def requeue_within(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)

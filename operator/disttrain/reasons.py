@@ -19,6 +19,8 @@ class Reason(StrEnum):
     # The job waits, and says for what.
     WAITING_FOR_WORKERS = "WaitingForWorkers"
     WAITING_FOR_PREVIOUS_JOB = "WaitingForPreviousJob"
+    WAITING_FOR_GANG = "WaitingForGang"
+    GANG_SCHEDULING = "GangScheduling"  # the provider chosen (an event)
     # The job restarts (pods or the whole job recreated; counted toward backoffLimit).
     POD_FAILED = "PodFailed"
     POD_DELETED = "PodDeleted"
@@ -30,8 +32,10 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     INVALID_POD_TEMPLATE = "InvalidPodTemplate"
     OBJECT_NOT_OWNED = "ObjectNotOwned"
+    GANG_UNAVAILABLE = "GangUnavailable"
 
 
 FAILURES = frozenset({Reason.REPLICA_FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, Reason.DEADLINE_EXCEEDED,
-                      Reason.INVALID_SPEC, Reason.INVALID_POD_TEMPLATE, Reason.OBJECT_NOT_OWNED})
+                      Reason.INVALID_SPEC, Reason.INVALID_POD_TEMPLATE, Reason.OBJECT_NOT_OWNED,
+                      Reason.GANG_UNAVAILABLE})
 RESTARTS = frozenset({Reason.POD_FAILED, Reason.POD_DELETED})

@@ -22,17 +22,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from disttrain import mpi
+from disttrain import gang, mpi, scheduling
 from disttrain.desired import job_pod, supporting_objects
+from disttrain.gang import GroupStatus
 from disttrain.naming import pod_name
 from disttrain.objects import JobRef
 from disttrain.observed import ObservedPod
 from disttrain.plan import Event, Plan
 from disttrain.pods import desired_pod_keys
-from disttrain.policies import cleanup, deadline, failure, startup, success, ttl
+from disttrain.policies import cleanup, deadline, failure, startup, success, ttl, waiting
 from disttrain.reasons import Reason
-from disttrain.spec import JobSpec, ReplicaType, RestartScope
+from disttrain.spec import GangProvider, JobSpec, ReplicaType, RestartScope
 from disttrain.status import FINISHED, Phase, enter_phase, ready_column, replica_statuses, set_condition, timestamp
+
+# How often a gang whose group must be admitted first (Volcano) looks at it again.
+GROUP_POLL_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,9 @@ class JobState:
     generation: int
     spec: JobSpec
     status: dict[str, Any]
+    # Gang providers whose API the cluster serves, and what was read of the job's group (Volcano).
+    gang_apis: frozenset[GangProvider] = frozenset()
+    group: GroupStatus | None = None
 
 
 def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime,
@@ -49,11 +56,12 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
     p = _Pass(job, pods, now, ssh_keys)
     if p.phase in FINISHED:
         p.plan.delete = cleanup.pods_to_clean(p.spec.run_policy.clean_pod_policy, p.live)
+        p.release_group()
     elif p.spec.run_policy.suspend:
         suspend(p)
     else:
         resume_if_suspended(p)
-        (fail_past_deadline(p) or succeed(p) or fail_fatally(p) or restart_failed(p)
+        (choose_gang_provider(p) or fail_past_deadline(p) or succeed(p) or fail_fatally(p) or restart_failed(p)
          or fail_kubelet_backoff(p) or start(p))
     delete_after_ttl(p)
     return p.summarize()
@@ -83,7 +91,19 @@ class _Pass:
         self.move(to, reason, message, warning=to is Phase.FAILED)
         self.plan.status["completionTime"] = timestamp(self.now)
         self.plan.delete = cleanup.pods_to_clean(self.spec.run_policy.clean_pod_policy, self.live)
+        self.release_group()
         return True
+
+    @property
+    def provider(self) -> GangProvider | None:
+        chosen = (self.plan.status.get("gang") or {}).get("provider")
+        return GangProvider(chosen) if chosen else None
+
+    def release_group(self) -> None:
+        """A finished or suspended job's group goes (a leftover group holds its scheduler's quota:
+        volcano#2633); a whole-job restart makes it afresh."""
+        if self.provider is not None:
+            self.plan.delete_objects = scheduling.objects(self.job.ref, self.spec, self.provider)
 
     def summarize(self) -> Plan:
         """The counts every status carries. Restarts the kubelet made in pods we delete are kept,
@@ -110,6 +130,7 @@ class _Pass:
 
 def suspend(p: _Pass) -> None:
     p.plan.delete = list(p.live)
+    p.release_group()
     if p.phase is not Phase.SUSPENDED:
         p.move(Phase.SUSPENDED, Reason.JOB_SUSPENDED, "runPolicy.suspend is true: the job's pods are deleted")
 
@@ -122,6 +143,30 @@ def resume_if_suspended(p: _Pass) -> None:
     p.plan.status.setdefault("startTime", timestamp(p.now))
 
 
+def choose_gang_provider(p: _Pass) -> bool:
+    """A gang job's provider, chosen once (from what the cluster serves) and kept in its status."""
+    settings = p.spec.run_policy.scheduling.gang
+    if settings is None or p.provider is not None:
+        return False
+    provider = gang.choose(settings, p.job.gang_apis, p.spec.run_policy.scheduling.scheduler_name)
+    if provider is None:
+        return p.finish(Phase.FAILED, Reason.GANG_UNAVAILABLE, (
+            f"runPolicy.scheduling.gang.provider {settings.provider.value}: this cluster serves no "
+            f"{'gang-scheduling API' if settings.provider is GangProvider.AUTO else 'API of that provider'} "
+            f"({', '.join(f'{a} PodGroup' for a in gang.API.values())})"))
+    conflict = gang.scheduler_conflict(p.spec, provider)
+    if conflict is not None:
+        return p.finish(Phase.FAILED, Reason.INVALID_SPEC, conflict)
+    size = gang.min_available(p.spec, settings)
+    p.plan.status["gang"] = {"provider": provider.value, "podGroup": gang.group_name(p.job.ref.name),
+                             "minAvailable": size}
+    how = "chosen by Auto from the APIs this cluster serves" if settings.provider is GangProvider.AUTO else "asked for"
+    p.plan.events.append(Event("Normal", Reason.GANG_SCHEDULING, (
+        f"{size} pods are scheduled together by {provider.value} ({gang.API[provider]} PodGroup "
+        f"{gang.group_name(p.job.ref.name)}; {how})")))
+    return False
+
+
 def fail_past_deadline(p: _Pass) -> bool:
     remaining = deadline.deadline_remaining(p.spec.run_policy, p.plan.status.get("startTime"), p.now)
     if remaining is None:
@@ -129,7 +174,10 @@ def fail_past_deadline(p: _Pass) -> bool:
     if remaining > 0:
         p.plan.requeue_within(remaining)
         return False
-    return p.finish(Phase.FAILED, Reason.DEADLINE_EXCEEDED, deadline.deadline_message(p.spec.run_policy))
+    message = deadline.deadline_message(p.spec.run_policy)
+    if p.plan.status.get("reason") == Reason.WAITING_FOR_GANG:
+        message += f"; its gang was never scheduled: {p.plan.status.get('message')}"
+    return p.finish(Phase.FAILED, Reason.DEADLINE_EXCEEDED, message)
 
 
 def succeed(p: _Pass) -> bool:
@@ -159,6 +207,8 @@ def restart_failed(p: _Pass) -> bool:
         return p.finish(Phase.FAILED, decision.reason, decision.message)
     p.plan.status["operatorRestarts"] = decision.restarts
     p.plan.delete = list(p.live) if decision.whole_job else failed
+    if decision.whole_job:
+        p.release_group()
     p.move(Phase.RESTARTING, decision.reason, decision.message, warning=True)
     return True
 
@@ -178,7 +228,7 @@ def start(p: _Pass) -> bool:
         p.plan.status["conditions"] = set_condition(
             list(p.plan.status.get("conditions") or []), "Created", True, Reason.PODS_CREATED,
             f"created {len(p.wanted)} pods", timestamp(p.now))
-    explain_waiting(p, present)
+    explain_waiting(p)
     running = {pod.name for pod in p.live if pod.phase in ("Running", "Succeeded")}
     if all(name in running for name in p.wanted):
         if p.phase is not Phase.RUNNING:
@@ -193,40 +243,30 @@ def create_missing(p: _Pass) -> None:
     """After a whole-job restart, nothing is created until every old pod is gone: a new worker
     must not meet an old peer still shutting down. The same while an earlier job of this name
     still holds one of the names (garbage collection is removing its pods): this job's pods start
-    together, afresh."""
+    together, afresh. A gang's group comes first; Volcano's must be in its queue before pods."""
     if p.spec.run_policy.restart_scope is RestartScope.JOB and any(pod.terminating for pod in p.own):
         return
-    if blocked_names(p):
+    if waiting.blocked_names(list(p.wanted), p.own, p.foreign):
         return
     present = {pod.name for pod in p.own}
     to_create = [key for name, key in p.wanted.items()
                  if name not in present and startup.may_start(p.spec, key, p.live)]
-    if to_create:
-        p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p)))
-        p.plan.create.extend(job_pod(p.job.ref, p.spec, key) for key in to_create)
+    if not to_create:
+        return
+    p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider))
+    if p.provider is not None and not gang.admitted(p.provider, p.job.group):
+        p.plan.requeue_within(GROUP_POLL_SECONDS)  # its phase is read, not watched
+        return
+    p.plan.create.extend(job_pod(p.job.ref, p.spec, key, p.provider) for key in to_create)
 
 
-def explain_waiting(p: _Pass, present: set[str]) -> None:
+def explain_waiting(p: _Pass) -> None:
     """A pending job says what it waits for in `message` (no event: nothing has happened yet)."""
     if p.phase is not Phase.PENDING:
         return
-    blocked = blocked_names(p)
-    if blocked:
-        p.plan.status["reason"] = Reason.WAITING_FOR_PREVIOUS_JOB.value
-        several = len(blocked) > 1
-        p.plan.status["message"] = (
-            f"{'pods' if several else 'pod'} {', '.join(blocked)} of an earlier DistTrainJob named "
-            f"{p.job.ref.name} {'are' if several else 'is'} still being deleted; this job's pods are created "
-            f"once {'they are' if several else 'it is'} gone")
-    elif startup.launcher_waits(p.spec) and pod_name(p.job.ref.name, ReplicaType.LAUNCHER, 0) not in present:
-        p.plan.status["reason"] = Reason.WAITING_FOR_WORKERS.value
-        p.plan.status["message"] = startup.waiting_for_workers(p.spec, p.job.ref.name, p.live)
-
-
-def blocked_names(p: _Pass) -> list[str]:
-    """The job's pod names still held by pods of an earlier job of the same name."""
-    own = {pod.name for pod in p.own}
-    return sorted({pod.name for pod in p.foreign if pod.name in p.wanted and pod.name not in own})
+    found = waiting.why_waiting(p.job.ref.name, p.spec, list(p.wanted), p.own, p.foreign, p.provider, p.job.group)
+    if found is not None:
+        p.plan.status["reason"], p.plan.status["message"] = found.reason.value, found.message
 
 
 def running_workers(p: _Pass) -> list[int]:

@@ -7,12 +7,13 @@ from typing import Any
 
 import yaml
 
+from disttrain import gang
 from disttrain.constants import KIND
 from disttrain.desired import job_pod, supporting_objects
 from disttrain.mpi import SSHKeys
 from disttrain.objects import JobRef
 from disttrain.pods import desired_pod_keys
-from disttrain.spec import parse_spec
+from disttrain.spec import GangProvider, JobSpec, parse_spec
 
 # `render` shows where the key goes, never a real key: the operator makes one per job.
 PLACEHOLDER_KEYS = SSHKeys(private="<a private key made for this job by the operator>",
@@ -25,8 +26,18 @@ def render_objects(job: dict[str, Any]) -> list[dict[str, Any]]:
                  uid=meta.get("uid") or "<uid of the DistTrainJob>")
     spec = parse_spec(job.get("spec") or {})
     workers = range(spec.mpi.worker.replicas) if spec.mpi else ()
-    return [*supporting_objects(ref, spec, PLACEHOLDER_KEYS, list(workers)),
-            *(job_pod(ref, spec, key) for key in desired_pod_keys(spec))]
+    provider = rendered_provider(spec)
+    return [*supporting_objects(ref, spec, PLACEHOLDER_KEYS, list(workers), provider),
+            *(job_pod(ref, spec, key, provider) for key in desired_pod_keys(spec))]
+
+
+def rendered_provider(spec: JobSpec) -> GangProvider | None:
+    """A gang's provider as the operator would choose it on a cluster serving every gang API (no
+    cluster is asked here: Auto shows the choice its schedulerName leads to)."""
+    settings = spec.run_policy.scheduling.gang
+    if settings is None:
+        return None
+    return gang.choose(settings, set(gang.API), spec.run_policy.scheduling.scheduler_name)
 
 
 def render(text: str) -> str:

@@ -1,9 +1,8 @@
 """Where scheduling plugs in: the fields every pod gets from `runPolicy.scheduling`, and the
 objects a scheduling provider makes before the pods.
 
-This is the seam for gang scheduling (a PodGroup per job) and queueing (a Kueue Workload): a
-provider adds objects to `objects` (made with the Service, before any pod) and fields to
-`pod_fields` (a group name, a scheduler). `desired` calls both for every job.
+The gang providers (`gang`: a PodGroup per job) plug in here; `desired` calls `objects` and
+`pod_fields` for every job, with the provider the job's status records.
 """
 
 from __future__ import annotations
@@ -11,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from disttrain import gang
 from disttrain.objects import JobRef
-from disttrain.spec import JobSpec
+from disttrain.spec import GangProvider, JobSpec
 
 
-def pod_fields(spec: JobSpec, pod: Mapping[str, Any]) -> dict[str, Any]:
-    """schedulerName and priorityClassName for every pod, unless its template names its own."""
+def pod_fields(job: JobRef, spec: JobSpec, provider: GangProvider | None, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """schedulerName and priorityClassName for every pod, unless its template names its own; the
+    gang's group and scheduler when the job is a gang."""
     out = dict(pod)
     pod_spec = dict(out["spec"])
     scheduling = spec.run_policy.scheduling
@@ -25,9 +26,14 @@ def pod_fields(spec: JobSpec, pod: Mapping[str, Any]) -> dict[str, Any]:
     if scheduling.priority_class_name and not pod_spec.get("priorityClassName"):
         pod_spec["priorityClassName"] = scheduling.priority_class_name
     out["spec"] = pod_spec
+    if spec.run_policy.scheduling.gang is not None and provider is not None:
+        return gang.pod_fields(job, spec, provider, out)
     return out
 
 
-def objects(job: JobRef, spec: JobSpec) -> list[dict[str, Any]]:
-    """What scheduling needs to exist before the pods: nothing without a provider."""
-    return []
+def objects(job: JobRef, spec: JobSpec, provider: GangProvider | None) -> list[dict[str, Any]]:
+    """What scheduling needs to exist before the pods: the gang's group, if any."""
+    settings = spec.run_policy.scheduling.gang
+    if settings is None or provider is None:
+        return []
+    return gang.objects(job, spec, settings, provider)

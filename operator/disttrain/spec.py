@@ -54,6 +54,13 @@ class LauncherStart(StrEnum):
     IMMEDIATELY = "Immediately"
 
 
+class GangProvider(StrEnum):
+    AUTO = "Auto"
+    KUBERNETES = "Kubernetes"  # scheduling.k8s.io/v1alpha2 Workload and PodGroup (KEP-4671)
+    SCHEDULER_PLUGINS = "SchedulerPlugins"  # scheduling.x-k8s.io/v1alpha1 PodGroup (Coscheduling)
+    VOLCANO = "Volcano"  # scheduling.volcano.sh/v1beta1 PodGroup
+
+
 class ReplicaType(StrEnum):
     CHIEF = "chief"
     PS = "ps"
@@ -96,9 +103,16 @@ class MPISpec:
 
 
 @dataclass(frozen=True)
+class Gang:
+    provider: GangProvider = GangProvider(defaults.GANG_PROVIDER)
+    min_available: int | None = None  # None: every pod created together (docs/api.md, "Gang scheduling")
+    timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True)
 class Scheduling:
     scheduler_name: str | None = None
-    gang: bool = defaults.GANG
+    gang: Gang | None = None  # None: no gang scheduling
     queue: str | None = None
     priority_class_name: str | None = None
 
@@ -188,11 +202,18 @@ def parse_run_policy(spec: Mapping[str, Any]) -> RunPolicy:
         suspend=bool(run_raw.get("suspend", defaults.SUSPEND)),
         scheduling=Scheduling(
             scheduler_name=sched_raw.get("schedulerName"),
-            gang=bool(sched_raw.get("gang", defaults.GANG)),
+            gang=parse_gang(sched_raw.get("gang")),
             queue=sched_raw.get("queue"),
             priority_class_name=sched_raw.get("priorityClassName"),
         ),
     )
+
+
+def parse_gang(raw: Mapping[str, Any] | None) -> Gang | None:
+    if raw is None:
+        return None
+    return Gang(provider=GangProvider(raw.get("provider", defaults.GANG_PROVIDER)),
+                min_available=_opt_int(raw.get("minAvailable")), timeout_seconds=_opt_int(raw.get("timeoutSeconds")))
 
 
 def parse_tensorflow(tf_raw: Mapping[str, Any]) -> TensorFlowSpec:

@@ -112,7 +112,8 @@ def test_cluster_down_leaves_no_process(tmp_path: Path) -> None:
 
     cluster = LocalCluster(root=tmp_path / "plane", nodes=1).up()
     pids = list(cluster.processes.values())
-    assert len(pids) == 5  # etcd, apiserver, controller-manager, scheduler, kwok
+    assert set(cluster.processes) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+                                      "coscheduler", "coscheduling-controller", "vc-scheduler"}
     cluster.down()
     for pid in pids:
         with pytest.raises(ProcessLookupError):

@@ -65,10 +65,26 @@ class FakeKube:
         self.add(dict(obj))
         return True
 
-    async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    served: set[str] = field(default_factory=lambda: {"v1", "scheduling.k8s.io/v1alpha2"})
+
+    async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
         self.calls.append(("get", "/".join(key_of(obj))))
         found = self.objects.get(key_of(obj))
-        return copy.deepcopy(found["metadata"]) if found else None
+        return copy.deepcopy(found) if found else None
+
+    async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        found = await self.get(obj)
+        return found["metadata"] if found else None
+
+    async def delete(self, obj: Mapping[str, Any], uid: str) -> None:
+        self.calls.append(("delete", "/".join(key_of(obj))))
+        found = self.objects.get(key_of(obj))
+        if found is not None and found["metadata"]["uid"] == uid:
+            del self.objects[key_of(obj)]
+
+    async def served_group_versions(self) -> set[str]:
+        self.calls.append(("discover", "/apis"))
+        return set(self.served)
 
     async def replace_config_map_data(self, obj: Mapping[str, Any]) -> bool:
         self.calls.append(("patch", "/".join(key_of(obj))))

@@ -46,6 +46,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [create, get, patch]
+# A gang's group (runPolicy.scheduling.gang): made before the pods, deleted when the job
+# finishes; get: whose group holds the name, and a Volcano group's phase.
+- apiGroups: [scheduling.k8s.io]
+  resources: [workloads, podgroups]
+  verbs: [create, get, delete]
+- apiGroups: [scheduling.x-k8s.io, scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [create, get, delete]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]

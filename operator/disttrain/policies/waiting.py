@@ -1,0 +1,59 @@
+"""Why a pending job waits, said in `status.reason` and `status.message`.
+
+A job that isn't running yet always says what holds it back, from what the operator already
+watches (its pods; for Volcano, its group). The first answer that applies wins:
+
+1. pods of an earlier job of the same name are still being deleted;
+2. its gang is not scheduled yet (the scheduler's own words);
+3. MPI: the launcher waits for Ready workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from disttrain import gang
+from disttrain.gang import GroupStatus
+from disttrain.naming import pod_name
+from disttrain.observed import ObservedPod
+from disttrain.policies import startup
+from disttrain.reasons import Reason
+from disttrain.spec import GangProvider, JobSpec, ReplicaType
+
+
+@dataclass(frozen=True)
+class Waiting:
+    reason: Reason
+    message: str
+
+
+def blocked_names(wanted: Sequence[str], own: Sequence[ObservedPod], foreign: Sequence[ObservedPod]) -> list[str]:
+    """The job's pod names still held by pods of an earlier job of the same name."""
+    present = {p.name for p in own}
+    return sorted({p.name for p in foreign if p.name in wanted and p.name not in present})
+
+
+def earlier_job(job: str, blocked: Sequence[str]) -> Waiting:
+    several = len(blocked) > 1
+    return Waiting(Reason.WAITING_FOR_PREVIOUS_JOB, (
+        f"{'pods' if several else 'pod'} {', '.join(blocked)} of an earlier DistTrainJob named {job} "
+        f"{'are' if several else 'is'} still being deleted; this job's pods are created once "
+        f"{'they are' if several else 'it is'} gone"))
+
+
+def why_waiting(job: str, spec: JobSpec, wanted: Sequence[str], own: Sequence[ObservedPod],
+                foreign: Sequence[ObservedPod], provider: GangProvider | None,
+                group: GroupStatus | None) -> Waiting | None:
+    blocked = blocked_names(wanted, own, foreign)
+    if blocked:
+        return earlier_job(job, blocked)
+    settings = spec.run_policy.scheduling.gang
+    if settings is not None and provider is not None:
+        message = gang.waiting(job, spec, settings, provider, own, group)
+        if message is not None:
+            return Waiting(Reason.WAITING_FOR_GANG, message)
+    live = [p for p in own if not p.terminating]
+    if startup.launcher_waits(spec) and pod_name(job, ReplicaType.LAUNCHER, 0) not in {p.name for p in own}:
+        return Waiting(Reason.WAITING_FOR_WORKERS, startup.waiting_for_workers(spec, job, live))
+    return None
