@@ -156,7 +156,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=100)
     args = parser.parse_args()
     root = REPO / ".cache" / "bench-cluster"
-    with LocalCluster(root=root, nodes=4, gang_schedulers=False) as cluster:
+    with LocalCluster(root=root, nodes=4, gang_schedulers=False, kueue=False) as cluster:
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
         kubectl = str(REPO / ".cache" / "bin" / "kubectl")
         crd = str(REPO / "crds" / "disttrainjobs.disttrain.dev.yaml")

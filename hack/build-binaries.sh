@@ -16,10 +16,10 @@ need() { [ -x "$1" ] || { echo "building $(basename "$1") ..." >&2; return 0; };
 # One module graph (hack/kube), one `go build` for all of it: the control plane, kubectl (the
 # installed one may be older than the skew policy allows), the real node's kubelet and
 # kube-proxy, CoreDNS with the plugins the cluster's DNS uses (hack/kube/coredns), and
-# scheduler-plugins' Coscheduling scheduler and its PodGroup controller.
-k8s_dir=$BIN_ROOT/kubernetes-$KUBERNETES_VERSION-coredns-$COREDNS_VERSION-sp-$SCHEDULER_PLUGINS_VERSION
+# scheduler-plugins' Coscheduling scheduler and its PodGroup controller, and Kueue.
+k8s_dir=$BIN_ROOT/kubernetes-$KUBERNETES_VERSION-coredns-$COREDNS_VERSION-sp-$SCHEDULER_PLUGINS_VERSION-kueue-$KUEUE_VERSION
 commands=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy coredns coscheduler
-          coscheduling-controller)
+          coscheduling-controller kueue)
 missing=()
 for cmd in "${commands[@]}"; do need "$k8s_dir/$cmd" && missing+=("$cmd"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -27,10 +27,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   pkg=k8s.io/component-base/version
   ldflags="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
    -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z \
-   -X $pkg.gitCommit=module-proxy-$KUBERNETES_VERSION"
+   -X $pkg.gitCommit=module-proxy-$KUBERNETES_VERSION -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
   packages=()
   for cmd in "${missing[@]}"; do
-    case $cmd in coredns|cosched*) packages+=("./$cmd") ;; *) packages+=("k8s.io/kubernetes/cmd/$cmd") ;; esac
+    case $cmd in
+      coredns|cosched*) packages+=("./$cmd") ;;
+      kueue) packages+=(sigs.k8s.io/kueue/cmd/kueue) ;;
+      *) packages+=("k8s.io/kubernetes/cmd/$cmd") ;;
+    esac
   done
   tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
   (cd hack/kube && go build -ldflags "$ldflags" -o "$tmp/" "${packages[@]}")
@@ -48,11 +52,17 @@ fi
 
 # The gang schedulers' CRDs, as their modules publish them.
 crds=$BIN_ROOT/crds
-mkdir -p "$crds/scheduler-plugins" "$crds/volcano"
+mkdir -p "$crds/scheduler-plugins" "$crds/volcano" "$crds/kueue"
 sp=$(cd hack/kube && go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)
 cp "$sp"/config/crd/bases/scheduling.x-k8s.io_{podgroups,elasticquotas}.yaml "$crds/scheduler-plugins/"
 vc=$(cd hack/volcano && go list -m -f '{{.Dir}}' volcano.sh/volcano)
 cp "$vc"/installer/helm/chart/volcano/crd/bases/*.yaml "$crds/volcano/"
+kq=$(cd hack/kube && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+cp "$kq"/config/components/crd/bases/*.yaml "$crds/kueue/"
+# Kueue's admission webhooks, as its module publishes them (hack/kueue.py points them at the process).
+mkdir -p "$BIN_ROOT/kueue-webhooks"
+cp "$kq"/config/components/webhook/manifests.yaml "$BIN_ROOT/kueue-webhooks/"
+chmod -R u+w "$BIN_ROOT/kueue-webhooks"
 chmod -R u+w "$crds"
 
 etcd_bin=$BIN_ROOT/etcd-$ETCD_VERSION/etcd

@@ -152,7 +152,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for the job to finish")
     args = parser.parse_args()
     root = args.dir.resolve()
-    cluster = LocalCluster(root=root, nodes=2, real_node=args.real_node, gang_schedulers=False)
+    cluster = LocalCluster(root=root, nodes=2, real_node=args.real_node, gang_schedulers=False,
+                           kueue=False)
     what = "KWOK and a real node: containerd, kubelet, CoreDNS" if args.real_node else "KWOK"
     print(f"==> starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler, {what})")
     started = time.monotonic()

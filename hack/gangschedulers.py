@@ -57,7 +57,7 @@ def available(bin_dir: Path) -> bool:
 
 
 def start(plane: Plane, bin_dir: Path, deadline: float) -> None:
-    install_crds(plane, bin_dir / "crds", deadline)
+    install_crds(plane, [bin_dir / "crds" / "scheduler-plugins", bin_dir / "crds" / "volcano"], deadline)
     config = plane.root / "coscheduler.yaml"
     config.write_text(json.dumps({
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
@@ -83,9 +83,10 @@ def start(plane: Plane, bin_dir: Path, deadline: float) -> None:
     open_volcano_queue(plane, deadline)
 
 
-def install_crds(plane: Plane, crds: Path, deadline: float) -> None:
+def install_crds(plane: Any, folders: list[Path], deadline: float) -> None:
+    """Create every CustomResourceDefinition in `folders` and wait until each is established."""
     names = []
-    for path in sorted(crds.glob("*/*.yaml")):
+    for path in sorted(p for folder in folders for p in folder.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "CustomResourceDefinition":
                 plane.api("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
@@ -97,9 +98,9 @@ def install_crds(plane: Plane, crds: Path, deadline: float) -> None:
             time.sleep(0.1)
 
 
-def established(plane: Plane, name: str) -> bool:
+def established(plane: Any, name: str) -> bool:
     crd = plane.api("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-    conditions = crd.get("status", {}).get("conditions", [])
+    conditions = (crd.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import gangschedulers
+import kueue
 import realnode
 from pki import kubeconfig_text, write_pki
 from ports import free_port
@@ -68,6 +69,7 @@ class LocalCluster:
     real_node: bool = False  # a kubelet with containerd on this machine too (hack/realnode.py)
     # scheduler-plugins' and Volcano's schedulers beside the default one (hack/gangschedulers.py)
     gang_schedulers: bool = True
+    kueue: bool = True  # Kueue's controller (hack/kueue.py; needs root: it runs in a mount namespace)
     processes: dict[str, int] = field(default_factory=dict)
     # The children this object started, kept so they are reaped (and Python doesn't warn).
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -92,6 +94,7 @@ class LocalCluster:
         wanted = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
         wanted += ["kubelet", "kube-proxy", "coredns"] if self.real_node else []
         wanted += ["coscheduler", "coscheduling-controller", "vc-scheduler"] if self.gang_schedulers else []
+        wanted += ["kueue"] if self.kueue else []
         missing = [b for b in wanted if not (BIN_DIR / b).exists()]
         if missing:
             raise RuntimeError(f"missing {missing} in {BIN_DIR}: run hack/build-binaries.sh (make binaries)")
@@ -115,6 +118,8 @@ class LocalCluster:
             self._create_nodes()
             if self.gang_schedulers:
                 gangschedulers.start(self, BIN_DIR, deadline)
+            if self.kueue:
+                kueue.start(self, BIN_DIR, deadline)
             if self.real_node:
                 realnode.RealNode(self).up(deadline)
             self._wait_ready(deadline)
@@ -314,6 +319,11 @@ class LocalCluster:
         ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
         return ctx
 
+    def api_text(self, path: str) -> str:
+        """A GET of a plain-text endpoint (/metrics) as the admin."""
+        with urllib.request.urlopen(self.server + path, context=self._ssl_context(), timeout=30) as resp:
+            return str(resp.read().decode())
+
     def api(self, method: str, path: str, body: Any = None, *, allow_missing: bool = False,
             content_type: str = "application/json") -> Any:
         """A bare admin request to the apiserver; enough for setting up the cluster itself."""
@@ -398,11 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=4, help="fake GPU nodes (default %(default)s)")
     parser.add_argument("--no-gang-schedulers", action="store_true",
                         help="without scheduler-plugins' and Volcano's schedulers beside the default one")
+    parser.add_argument("--no-kueue", action="store_true", help="without Kueue")
     parser.add_argument("--real-node", action="store_true",
                         help="also a real node: containerd, kubelet, CoreDNS, kube-proxy (needs root, make node)")
     args = parser.parse_args(argv)
     cluster = LocalCluster(root=args.dir.resolve(), nodes=args.nodes, real_node=args.real_node,
-                           gang_schedulers=not args.no_gang_schedulers)
+                           gang_schedulers=not args.no_gang_schedulers, kueue=not args.no_kueue)
     if args.command == "down":
         cluster.down()
         print("local control plane stopped")

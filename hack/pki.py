@@ -29,7 +29,7 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def _name(common: str, organization: str | None = None) -> x509.Name:
+def subject(common: str, organization: str | None = None) -> x509.Name:
     attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common)]
     if organization:
         attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
@@ -70,9 +70,9 @@ def write_pki(pki: Path, server_ips: Sequence[str]) -> None:
     ca_key = _key()
     _write(pki, "ca.crt", _cert(CA_NAME, ca_key, ca_key, ca=True).public_bytes(serialization.Encoding.PEM))
     _write(pki, "ca.key", _pem_key(ca_key))
-    issue(pki, "apiserver", _name("kube-apiserver"), ips=server_ips, dns=API_SERVER_NAMES,
+    issue(pki, "apiserver", subject("kube-apiserver"), ips=server_ips, dns=API_SERVER_NAMES,
           usage=[ExtendedKeyUsageOID.SERVER_AUTH])
-    issue(pki, "admin", _name("admin", "system:masters"), usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
+    issue(pki, "admin", subject("admin", "system:masters"), usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
     sa_key = _key()
     _write(pki, "sa.key", _pem_key(sa_key))
     _write(pki, "sa.pub", sa_key.public_key().public_bytes(serialization.Encoding.PEM,
@@ -92,9 +92,9 @@ def issue(pki: Path, name: str, subject: x509.Name, *, ips: Sequence[str] = (), 
 
 def node_identity(pki: Path, node: str, ip: str) -> None:
     """The kubelet's client cert (the Node authorizer's system:node:<node>) and serving cert."""
-    issue(pki, "kubelet-client", _name(f"system:node:{node}", "system:nodes"),
+    issue(pki, "kubelet-client", subject(f"system:node:{node}", "system:nodes"),
           usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
-    issue(pki, "kubelet-server", _name(node), ips=[ip], dns=[node], usage=[ExtendedKeyUsageOID.SERVER_AUTH])
+    issue(pki, "kubelet-server", subject(node), ips=[ip], dns=[node], usage=[ExtendedKeyUsageOID.SERVER_AUTH])
 
 
 def kubeconfig_text(server: str, pki: Path, user: str = "admin") -> str:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support import CRD_FILE, Cluster, OperatorProcess, wait_for, wait_namespace_ready  # noqa: E402
+from support import Cluster, OperatorProcess, install_crd, wait_namespace_ready  # noqa: E402
 
 
 def want_real_node() -> bool:
@@ -47,10 +47,7 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="session")
 def crd(cluster: Cluster) -> Cluster:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    established = "{.status.conditions[?(@.type=='Established')].status}"
-    wait_for(lambda: cluster.kubectl("get", "crd/disttrainjobs.disttrain.dev", "-o",
-                                     f"jsonpath={established}").stdout == "True", 60, "CRD established")
+    install_crd(cluster)
     return cluster
 
 

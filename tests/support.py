@@ -168,6 +168,14 @@ class OperatorProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def install_crd(cluster: Cluster) -> None:
+    """The DistTrainJob CRD, applied and established."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    established = "{.status.conditions[?(@.type=='Established')].status}"
+    wait_for(lambda: cluster.kubectl("get", "crd/disttrainjobs.disttrain.dev", "-o",
+                                     f"jsonpath={established}").stdout == "True", 60, "CRD established")
+
+
 def wait_namespace_ready(cluster: Cluster, namespace: str) -> None:
     """Pods can be made in `namespace` once its default ServiceAccount exists."""
     wait_for(lambda: cluster.core.list_namespaced_service_account(namespace).items, 30,

@@ -72,6 +72,11 @@ def _run(args: argparse.Namespace) -> int:
         from disttrain.leader import lead
 
         lead(args.leader_election_namespace, args.lease_name, identity, args.lease_duration)
+    import asyncio
+
+    from disttrain.kube import wait_for_crd
+
+    asyncio.run(wait_for_crd(logging.getLogger("disttrain")))
     memo = kopf.Memo(workers=args.workers)
     kopf.run(
         clusterwide=not args.namespace,

@@ -24,9 +24,12 @@ from disttrain.groups import Groups
 from disttrain.kube import Conflict, Invalid
 from disttrain.objects import JobRef, PodKey, is_controlled_by, is_from_earlier_job
 from disttrain.observed import ObservedPod
+from disttrain.passes import JobState
 from disttrain.plan import Event, Plan
+from disttrain.queueing import ObservedWorkload
+from disttrain.queues import Queues
 from disttrain.reasons import Reason
-from disttrain.reconcile import JobState, reconcile
+from disttrain.reconcile import reconcile
 from disttrain.spec import SpecError, parse_spec
 from disttrain.status import Phase, enter_phase, timestamp
 from disttrain.workqueue import WorkQueue
@@ -36,6 +39,7 @@ JobKey = tuple[str, str]  # (namespace, name)
 # kopf's indexes: each key maps to the values its objects contributed (one job body; the pods).
 JobIndex = Mapping[JobKey, Iterable[Mapping[str, Any]]]
 PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
+WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
 # How soon to look again at a name an earlier job's object still holds (we don't watch Services,
 # ConfigMaps or Secrets; garbage collection removes them within seconds).
 RETRY_TAKEN_NAME_SECONDS = 1.0
@@ -46,6 +50,8 @@ class KubeAPI(Protocol):
 
     async def create(self, obj: Mapping[str, Any]) -> bool: ...
     async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
+    async def patch(self, obj: Mapping[str, Any], body: Mapping[str, Any], *, status: bool = False,
+                    apply: bool = False) -> None: ...
     async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
     async def delete(self, obj: Mapping[str, Any], uid: str) -> None: ...
     async def served_group_versions(self) -> set[str]: ...
@@ -77,12 +83,16 @@ class Controller:
         self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
         self.uids: dict[JobKey, str] = {}
         self.groups = Groups(kube, self.clock)
+        self.queues = Queues(kube, self.clock)
         self._creates = asyncio.Semaphore(create_concurrency)
         self._jobs: JobIndex = {}
         self._pods: PodIndex = {}
+        self._workloads: WorkloadIndex = {}
 
-    def bind(self, jobs: JobIndex, pods: PodIndex) -> None:
+    def bind(self, jobs: JobIndex, pods: PodIndex, workloads: WorkloadIndex | None = None) -> None:
         self._jobs, self._pods = jobs, pods
+        if workloads is not None:
+            self._workloads = workloads
 
     def start(self) -> None:
         self.queue.start()
@@ -119,6 +129,7 @@ class Controller:
                 self.ssh_keys[ref.uid] = mpi.generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
         job = await self.groups.observe(job)
+        job = await self.queues.observe(job, meta.get("labels") or {}, self._workloads.get(key, ()))
         plan = reconcile(job, self._observed_pods(key, ref), self.clock.now(), keys)
         try:
             return await self._apply(key, ref, spec.framework.value, body, plan)
@@ -161,6 +172,10 @@ class Controller:
         await asyncio.gather(*(self.kube.delete_pod(ref.namespace, p.name, p.uid) for p in plan.delete))
         metrics.PODS_DELETED.inc(len(plan.delete))
 
+        try:
+            await self.queues.write(ref, plan.workload)
+        except Conflict:
+            return 1.0  # Kueue wrote the Workload meanwhile: again, from its newer state
         if await self.groups.release(ref, plan.delete_objects):
             self.supported.discard(ref.uid)  # made afresh with the next pods
         failure, wait = await self._create_all(exp, ref, framework, plan.create)

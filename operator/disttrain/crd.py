@@ -160,6 +160,8 @@ def printer_columns() -> list[Schema]:
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Phase of the job."},
         {"name": "Ready", "type": "string", "jsonPath": ".status.ready", "description": "Pods Ready / wanted."},
         {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "description": "Restarts so far."},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.reason",
+         "description": "Why the job is where it is: Queued, WaitingForGang, Unschedulable, ImagePullBackOff, ..."},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Framework", "type": "string", "jsonPath": ".status.framework", "priority": 1},
         {"name": "Started", "type": "date", "jsonPath": ".status.startTime", "priority": 1},

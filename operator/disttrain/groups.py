@@ -17,7 +17,7 @@ from disttrain import gang
 from disttrain.clock import Clock
 from disttrain.gang import GroupStatus
 from disttrain.objects import JobRef, is_controlled_by
-from disttrain.reconcile import JobState
+from disttrain.passes import JobState
 from disttrain.spec import GangProvider
 from disttrain.status import FINISHED, Phase
 

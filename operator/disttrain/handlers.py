@@ -15,6 +15,7 @@ from disttrain.controller import Controller, JobKey
 from disttrain.kube import Kube, new_api_client
 from disttrain.objects import controller_of
 from disttrain.observed import ObservedPod, observe_pod
+from disttrain.queueing import ObservedWorkload, observe_workload
 
 
 def controlled_by_its_job(body: kopf.Body, **_: Any) -> bool:
@@ -55,20 +56,34 @@ def pods_by_job(namespace: str, labels: Mapping[str, str], body: kopf.Body, **_:
     return {(namespace, labels[JOB_NAME_LABEL]): observe_pod(body)}
 
 
-def _queue(memo: kopf.Memo, key: JobKey, jobs: kopf.Index[Any, Any], pods: kopf.Index[Any, Any]) -> None:
+# Kueue's Workloads of queued jobs (queueing.py). kopf watches the resource only once a cluster
+# serves it: without Kueue this costs nothing.
+KUEUE = ("kueue.x-k8s.io", "v1beta2", "workloads")
+
+
+@kopf.index(*KUEUE, labels={JOB_NAME_LABEL: kopf.PRESENT})
+def workloads_by_job(namespace: str, labels: Mapping[str, str], body: kopf.Body,
+                     **_: Any) -> dict[JobKey, ObservedWorkload]:
+    return {(namespace, labels[JOB_NAME_LABEL]): observe_workload(body)}
+
+
+def _queue(memo: kopf.Memo, key: JobKey, indexes: Mapping[str, kopf.Index[Any, Any]]) -> None:
     controller: Controller = memo["controller"]
     # kopf hands the indexes to handlers only; the controller reads them when it reconciles.
-    controller.bind(jobs, pods)
+    controller.bind(indexes["jobs_by_key"], indexes["pods_by_job"], indexes["workloads_by_job"])
     controller.queue.add(key)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def job_event(namespace: str, name: str, memo: kopf.Memo, jobs_by_key: kopf.Index[Any, Any],
-                    pods_by_job: kopf.Index[Any, Any], **_: Any) -> None:
-    _queue(memo, (namespace, name), jobs_by_key, pods_by_job)
+async def job_event(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+    _queue(memo, (namespace, name), kwargs)
 
 
 @kopf.on.event("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=controlled_by_its_job)
-async def pod_event(namespace: str, labels: Mapping[str, str], memo: kopf.Memo, jobs_by_key: kopf.Index[Any, Any],
-                    pods_by_job: kopf.Index[Any, Any], **_: Any) -> None:
-    _queue(memo, (namespace, labels[JOB_NAME_LABEL]), jobs_by_key, pods_by_job)
+async def pod_event(namespace: str, labels: Mapping[str, str], memo: kopf.Memo, **kwargs: Any) -> None:
+    _queue(memo, (namespace, labels[JOB_NAME_LABEL]), kwargs)
+
+
+@kopf.on.event(*KUEUE, labels={JOB_NAME_LABEL: kopf.PRESENT})
+async def workload_event(namespace: str, labels: Mapping[str, str], memo: kopf.Memo, **kwargs: Any) -> None:
+    _queue(memo, (namespace, labels[JOB_NAME_LABEL]), kwargs)

@@ -3,6 +3,7 @@ what reconciling needs to know: already there, gone, conflict, invalid."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import os
@@ -19,8 +20,11 @@ from disttrain.status import timestamp
 MERGE_PATCH = "application/merge-patch+json"
 # The core/v1 kinds a job owns, and their names in the client's method names.
 _CORE_KINDS = {"Pod": "pod", "Service": "service", "ConfigMap": "config_map", "Secret": "secret"}
-# The other kinds it may own (a gang's group): their plural resource names.
-_PLURALS = {"Workload": "workloads", "PodGroup": "podgroups"}
+# The other kinds it writes or reads (a gang's group, Kueue's Workload, flavors and priorities):
+# their plural resource names. ResourceFlavor and WorkloadPriorityClass are cluster-scoped.
+_PLURALS = {"Workload": "workloads", "PodGroup": "podgroups", "ResourceFlavor": "resourceflavors",
+            "WorkloadPriorityClass": "workloadpriorityclasses"}
+APPLY_PATCH = "application/apply-patch+yaml"
 
 
 class Conflict(Exception):
@@ -40,6 +44,27 @@ async def new_api_client(max_connections: int = 64) -> client.ApiClient:
         await config.load_kube_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = max_connections
     return client.ApiClient(configuration)
+
+
+async def wait_for_crd(log: Any, interval: float = 1.0) -> None:
+    """Until the API server serves DistTrainJobs. kopf resolves its resources when it starts and
+    did not pick up a CRD that became established a moment later (seen: an operator started right
+    after `kubectl apply` of the CRD never reconciled a job)."""
+    async with await new_api_client(2) as api_client:
+        said = False
+        while True:
+            try:
+                found = await client.CustomObjectsApi(api_client).get_api_resources(GROUP, VERSION)
+                if any(r.name == PLURAL for r in found.resources):
+                    return
+            except ApiException as err:
+                if err.status not in (403, 404, 503):
+                    raise
+            if not said:
+                log.warning("waiting for the API server to serve %s.%s/%s (is the CRD installed?)", PLURAL, GROUP,
+                            VERSION)
+                said = True
+            await asyncio.sleep(interval)
 
 
 class Kube:
@@ -80,8 +105,12 @@ class Kube:
                 found = await read(meta["name"], meta["namespace"])
                 result: dict[str, Any] = self.api_client.sanitize_for_serialization(found)
                 return result
-            got: dict[str, Any] = await self.custom.get_namespaced_custom_object(
-                *_group_version(obj), meta["namespace"], _PLURALS[kind], meta["name"])
+            if "namespace" not in meta:
+                got: dict[str, Any] = await self.custom.get_cluster_custom_object(
+                    *_group_version(obj), _PLURALS[kind], meta["name"])
+            else:
+                got = await self.custom.get_namespaced_custom_object(
+                    *_group_version(obj), meta["namespace"], _PLURALS[kind], meta["name"])
             return got
         except ApiException as err:
             if err.status == 404:
@@ -105,6 +134,27 @@ class Kube:
                                                                   _PLURALS[kind], meta["name"], body=body)
         except ApiException as err:
             if err.status not in (404, 409):
+                raise
+
+    async def patch(self, obj: Mapping[str, Any], body: Mapping[str, Any], *, status: bool = False,
+                    apply: bool = False) -> None:
+        """Patch a namespaced custom object (or its status): a JSON merge patch, or with `apply` a
+        forced server-side apply as the operator's field manager. Conflict: a resourceVersion in
+        the body no longer matches."""
+        meta = obj["metadata"]
+        patch = (self.custom.patch_namespaced_custom_object_status if status
+                 else self.custom.patch_namespaced_custom_object)
+        options: dict[str, Any] = {"field_manager": FIELD_MANAGER,
+                                   "_content_type": APPLY_PATCH if apply else MERGE_PATCH}
+        if apply:
+            options["force"] = True
+        try:
+            await patch(*_group_version(obj), meta["namespace"], _PLURALS[obj["kind"]], meta["name"], dict(body),
+                        **options)
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict(meta["name"]) from err
+            if err.status != 404:
                 raise
 
     async def served_group_versions(self) -> set[str]:

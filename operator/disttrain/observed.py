@@ -29,6 +29,7 @@ class ObservedPod:
     container_restarts: int  # restarts the kubelet made (restartPolicy OnFailure / Always)
     scheduled: bool = False  # bound to a node
     unschedulable: str | None = None  # the scheduler's word on why not (its PodScheduled=False message)
+    stuck: str | None = None  # a container that can't start or keeps crashing: "<reason>: <kubelet's message>"
 
     @property
     def active(self) -> bool:
@@ -75,4 +76,19 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         scheduled=bool((pod.get("spec") or {}).get("nodeName")),
         unschedulable=next((c.get("message") or c.get("reason") for c in conditions
                             if c.get("type") == "PodScheduled" and c.get("status") == "False"), None),
+        stuck=stuck_container(status),
     )
+
+
+# Container waiting reasons that hold a pod back until someone acts (the kubelet retries them).
+STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
+                           "CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError"})
+
+
+def stuck_container(status: Mapping[str, Any]) -> str | None:
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in STUCK_REASONS:
+            message = waiting.get("message") or f"image {cs.get('image', '')}"
+            return f"{waiting['reason']}: container {cs.get('name')}: {message}"
+    return None

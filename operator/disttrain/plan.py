@@ -16,6 +16,17 @@ class Event:
     message: str
 
 
+@dataclass(frozen=True)
+class WorkloadOp:
+    """A write to a queued job's Kueue Workload."""
+
+    verb: str  # create | delete | condition (server-side apply of one) | release (status) | active (spec)
+    name: str
+    body: dict[str, Any] = field(default_factory=dict)
+    uid: str = ""
+    resource_version: str = ""
+
+
 @dataclass
 class Plan:
     status: dict[str, Any]
@@ -28,6 +39,7 @@ class Plan:
     keep_current: list[dict[str, Any]] = field(default_factory=list)
     # Supporting objects to delete (a gang's group when the job finishes, is suspended or restarts).
     delete_objects: list[dict[str, Any]] = field(default_factory=list)
+    workload: list[WorkloadOp] = field(default_factory=list)
 
     def requeue_within(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)

@@ -17,9 +17,16 @@ class Reason(StrEnum):
     JOB_SUSPENDED = "JobSuspended"
     JOB_RESUMED = "JobResumed"
     # The job waits, and says for what.
+    QUEUED = "Queued"  # in a Kueue LocalQueue, not admitted yet
+    ADMITTED = "Admitted"
+    EVICTED = "Evicted"  # by Kueue (preemption, a timeout...): pods stopped, queued again, no restart spent
     WAITING_FOR_WORKERS = "WaitingForWorkers"
     WAITING_FOR_PREVIOUS_JOB = "WaitingForPreviousJob"
     WAITING_FOR_GANG = "WaitingForGang"
+    UNSCHEDULABLE = "Unschedulable"  # a pod the scheduler can't place (its own words follow)
+    IMAGE_PULL_BACKOFF = "ImagePullBackOff"  # a container image that can't be pulled
+    CRASH_LOOP_BACKOFF = "CrashLoopBackOff"  # a container that keeps crashing
+    CONTAINER_NOT_STARTING = "ContainerNotStarting"  # its config can't be made (a missing Secret, ...)
     GANG_SCHEDULING = "GangScheduling"  # the provider chosen (an event)
     # The job restarts (pods or the whole job recreated; counted toward backoffLimit).
     POD_FAILED = "PodFailed"

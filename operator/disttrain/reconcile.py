@@ -19,41 +19,25 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from disttrain import gang, mpi, scheduling
+from disttrain import gang, mpi, queue_steps
 from disttrain.desired import job_pod, supporting_objects
-from disttrain.gang import GroupStatus
-from disttrain.naming import pod_name
-from disttrain.objects import JobRef
 from disttrain.observed import ObservedPod
+from disttrain.passes import JobState, Pass
 from disttrain.plan import Event, Plan
-from disttrain.pods import desired_pod_keys
 from disttrain.policies import cleanup, deadline, failure, startup, success, ttl, waiting
 from disttrain.reasons import Reason
-from disttrain.spec import GangProvider, JobSpec, ReplicaType, RestartScope
-from disttrain.status import FINISHED, Phase, enter_phase, ready_column, replica_statuses, set_condition, timestamp
+from disttrain.spec import GangProvider, ReplicaType, RestartScope
+from disttrain.status import FINISHED, Phase, set_condition, timestamp
 
 # How often a gang whose group must be admitted first (Volcano) looks at it again.
 GROUP_POLL_SECONDS = 2.0
 
 
-@dataclass(frozen=True)
-class JobState:
-    ref: JobRef
-    generation: int
-    spec: JobSpec
-    status: dict[str, Any]
-    # Gang providers whose API the cluster serves, and what was read of the job's group (Volcano).
-    gang_apis: frozenset[GangProvider] = frozenset()
-    group: GroupStatus | None = None
-
-
 def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime,
               ssh_keys: mpi.SSHKeys | None = None) -> Plan:
     """`ssh_keys`: for an MPI job, the key pair its Secret gets if the Secret must be made."""
-    p = _Pass(job, pods, now, ssh_keys)
+    p = Pass(job, pods, now, ssh_keys)
     if p.phase in FINISHED:
         p.plan.delete = cleanup.pods_to_clean(p.spec.run_policy.clean_pod_policy, p.live)
         p.release_group()
@@ -61,89 +45,35 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
         suspend(p)
     else:
         resume_if_suspended(p)
-        (choose_gang_provider(p) or fail_past_deadline(p) or succeed(p) or fail_fatally(p) or restart_failed(p)
-         or fail_kubelet_backoff(p) or start(p))
+        (queue_steps.hold_in_queue(p) or choose_gang_provider(p) or fail_past_deadline(p) or succeed(p)
+         or fail_fatally(p) or restart_failed(p) or fail_kubelet_backoff(p) or start(p))
+    queue_steps.report(p)
     delete_after_ttl(p)
     return p.summarize()
-
-
-class _Pass:
-    """One reconcile's inputs, split the way the steps read them, and the plan they build."""
-
-    def __init__(self, job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime,
-                 ssh_keys: mpi.SSHKeys | None) -> None:
-        self.job, self.spec, self.now, self.ssh_keys = job, job.spec, now, ssh_keys
-        self.own = [p for p in pods if p.owner_uid == job.ref.uid]
-        self.foreign = [p for p in pods if p.owner_uid != job.ref.uid]
-        self.live = [p for p in self.own if not p.terminating]
-        self.plan = Plan(status=dict(job.status))
-        self.phase = Phase(job.status.get("phase") or Phase.PENDING)
-        self.restarts_so_far = int(job.status.get("operatorRestarts", 0))
-        self.kubelet_restarts = sum(p.container_restarts for p in self.live)
-        self.wanted = {pod_name(job.ref.name, k.replica_type, k.index): k for k in desired_pod_keys(self.spec)}
-
-    def move(self, to: Phase, reason: Reason, message: str, warning: bool = False) -> None:
-        self.plan.status = enter_phase(self.plan.status, to, reason, message, timestamp(self.now))
-        self.plan.events.append(Event("Warning" if warning else "Normal", reason, message))
-        self.phase = to
-
-    def finish(self, to: Phase, reason: Reason, message: str) -> bool:
-        self.move(to, reason, message, warning=to is Phase.FAILED)
-        self.plan.status["completionTime"] = timestamp(self.now)
-        self.plan.delete = cleanup.pods_to_clean(self.spec.run_policy.clean_pod_policy, self.live)
-        self.release_group()
-        return True
-
-    @property
-    def provider(self) -> GangProvider | None:
-        chosen = (self.plan.status.get("gang") or {}).get("provider")
-        return GangProvider(chosen) if chosen else None
-
-    def release_group(self) -> None:
-        """A finished or suspended job's group goes (a leftover group holds its scheduler's quota:
-        volcano#2633); a whole-job restart makes it afresh."""
-        if self.provider is not None:
-            self.plan.delete_objects = scheduling.objects(self.job.ref, self.spec, self.provider)
-
-    def summarize(self) -> Plan:
-        """The counts every status carries. Restarts the kubelet made in pods we delete are kept,
-        so RESTARTS never goes down."""
-        plan = self.plan
-        banked = int(plan.status.get("operatorRestarts", 0)) + sum(p.container_restarts for p in plan.delete)
-        deleted = {p.uid for p in plan.delete}
-        remaining = [p for p in self.live if p.uid not in deleted]
-        counts = replica_statuses(self.spec, remaining)
-        plan.status.update(
-            operatorRestarts=banked,
-            restarts=banked + sum(p.container_restarts for p in remaining),
-            replicaStatuses=counts,
-            ready=ready_column(self.spec, counts),
-            observedGeneration=self.job.generation,
-            framework=self.spec.framework.value,
-        )
-        plan.status.setdefault("phase", Phase.PENDING.value)
-        return plan
 
 
 # -- the steps ---------------------------------------------------------------------------------
 
 
-def suspend(p: _Pass) -> None:
+def suspend(p: Pass) -> None:
     p.plan.delete = list(p.live)
     p.release_group()
+    queue_steps.pause(p, active=False)
     if p.phase is not Phase.SUSPENDED:
         p.move(Phase.SUSPENDED, Reason.JOB_SUSPENDED, "runPolicy.suspend is true: the job's pods are deleted")
 
 
-def resume_if_suspended(p: _Pass) -> None:
+def resume_if_suspended(p: Pass) -> None:
     if p.phase is Phase.SUSPENDED:
         # Start afresh, and the deadline counts from now (as a Kubernetes Job does).
         p.move(Phase.PENDING, Reason.JOB_RESUMED, "runPolicy.suspend is false again: starting afresh")
         p.plan.status["startTime"] = timestamp(p.now)
-    p.plan.status.setdefault("startTime", timestamp(p.now))
+    queue_steps.pause(p, active=True)
+    if p.job.queue is None:  # a queued job starts when admitted
+        p.plan.status.setdefault("startTime", timestamp(p.now))
 
 
-def choose_gang_provider(p: _Pass) -> bool:
+def choose_gang_provider(p: Pass) -> bool:
     """A gang job's provider, chosen once (from what the cluster serves) and kept in its status."""
     settings = p.spec.run_policy.scheduling.gang
     if settings is None or p.provider is not None:
@@ -167,7 +97,7 @@ def choose_gang_provider(p: _Pass) -> bool:
     return False
 
 
-def fail_past_deadline(p: _Pass) -> bool:
+def fail_past_deadline(p: Pass) -> bool:
     remaining = deadline.deadline_remaining(p.spec.run_policy, p.plan.status.get("startTime"), p.now)
     if remaining is None:
         return False
@@ -180,21 +110,21 @@ def fail_past_deadline(p: _Pass) -> bool:
     return p.finish(Phase.FAILED, Reason.DEADLINE_EXCEEDED, message)
 
 
-def succeed(p: _Pass) -> bool:
+def succeed(p: Pass) -> bool:
     message = success.success_message(p.spec, p.own)
     return message is not None and p.finish(Phase.SUCCEEDED, Reason.JOB_SUCCEEDED, message)
 
 
-def failed_pods(p: _Pass) -> list[ObservedPod]:
+def failed_pods(p: Pass) -> list[ObservedPod]:
     return [pod for pod in p.live if pod.phase == "Failed" and pod.replica_type in p.spec.replicas]
 
 
-def fail_fatally(p: _Pass) -> bool:
+def fail_fatally(p: Pass) -> bool:
     message = failure.fatal_failure(p.spec, failed_pods(p))
     return message is not None and p.finish(Phase.FAILED, Reason.REPLICA_FAILED, message)
 
 
-def restart_failed(p: _Pass) -> bool:
+def restart_failed(p: Pass) -> bool:
     """Retryable failures, and pods gone from a running job: deleted from under it by a user, a
     drain or a node going away (the operator itself deletes pods only as it leaves Running)."""
     failed = failed_pods(p)
@@ -213,12 +143,12 @@ def restart_failed(p: _Pass) -> bool:
     return True
 
 
-def fail_kubelet_backoff(p: _Pass) -> bool:
+def fail_kubelet_backoff(p: Pass) -> bool:
     message = failure.kubelet_backoff_exceeded(p.spec, p.restarts_so_far, p.kubelet_restarts)
     return message is not None and p.finish(Phase.FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, message)
 
 
-def start(p: _Pass) -> bool:
+def start(p: Pass) -> bool:
     """Create what is missing, then say where the job stands."""
     create_missing(p)
     if p.spec.mpi is not None:
@@ -239,7 +169,7 @@ def start(p: _Pass) -> bool:
     return True
 
 
-def create_missing(p: _Pass) -> None:
+def create_missing(p: Pass) -> None:
     """After a whole-job restart, nothing is created until every old pod is gone: a new worker
     must not meet an old peer still shutting down. The same while an earlier job of this name
     still holds one of the names (garbage collection is removing its pods): this job's pods start
@@ -257,23 +187,36 @@ def create_missing(p: _Pass) -> None:
     if p.provider is not None and not gang.admitted(p.provider, p.job.group):
         p.plan.requeue_within(GROUP_POLL_SECONDS)  # its phase is read, not watched
         return
-    p.plan.create.extend(job_pod(p.job.ref, p.spec, key, p.provider) for key in to_create)
+    for key in to_create:
+        pod = queue_steps.place(p, key, job_pod(p.job.ref, p.spec, key, p.provider))
+        if pod is None:  # the admission contradicts the template: the job has failed
+            p.plan.create = []
+            return
+        p.plan.create.append(pod)
 
 
-def explain_waiting(p: _Pass) -> None:
-    """A pending job says what it waits for in `message` (no event: nothing has happened yet)."""
-    if p.phase is not Phase.PENDING:
+def explain_waiting(p: Pass) -> None:
+    """A pending job says what it waits for in `message` (no event: nothing has happened yet); a
+    running one says which of its containers is stuck, and stops once none is."""
+    if p.phase is Phase.PENDING:
+        found = waiting.why_waiting(p.job.ref.name, p.spec, list(p.wanted), p.own, p.foreign, p.provider,
+                                    p.job.group)
+    elif p.phase in (Phase.RUNNING, Phase.RESTARTING):
+        found = waiting.pod_trouble(p.live)
+        if found is None and p.phase is Phase.RUNNING and p.plan.status.get("reason") in waiting.POD_TROUBLE:
+            p.plan.status["reason"] = Reason.ALL_PODS_RUNNING.value
+            p.plan.status["message"] = f"all {len(p.wanted)} pods are running"
+    else:
         return
-    found = waiting.why_waiting(p.job.ref.name, p.spec, list(p.wanted), p.own, p.foreign, p.provider, p.job.group)
     if found is not None:
         p.plan.status["reason"], p.plan.status["message"] = found.reason.value, found.message
 
 
-def running_workers(p: _Pass) -> list[int]:
+def running_workers(p: Pass) -> list[int]:
     return sorted(pod.index for pod in p.live if pod.replica_type == ReplicaType.WORKER and pod.phase == "Running")
 
 
-def delete_after_ttl(p: _Pass) -> None:
+def delete_after_ttl(p: Pass) -> None:
     if Phase(p.plan.status.get("phase") or Phase.PENDING) not in FINISHED:
         return
     remaining = ttl.ttl_remaining(p.spec.run_policy, p.plan.status.get("completionTime"), p.now)

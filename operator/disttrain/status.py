@@ -17,6 +17,7 @@ from disttrain.spec import JobSpec
 
 
 class Phase(StrEnum):
+    QUEUED = "Queued"  # waiting for Kueue to admit its Workload: no pod exists
     PENDING = "Pending"
     RUNNING = "Running"
     RESTARTING = "Restarting"
@@ -29,7 +30,7 @@ FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
 # The conditions a job can carry. Created is True once every pod of the current attempt exists;
 # each of the others belongs to the phase of the same name (Pending has none: it is the absence
 # of the rest).
-CONDITION_TYPES = ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+CONDITION_TYPES = ("Queued", "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 
 
 def timestamp(moment: datetime.datetime) -> str:
@@ -103,12 +104,13 @@ def enter_phase(
     conditions = list(status.get("conditions") or [])
     # Each phase switches off the conditions that can't hold alongside it.
     ends = {
-        Phase.PENDING: ("Running", "Restarting", "Suspended"),
-        Phase.RUNNING: ("Restarting", "Suspended"),
-        Phase.RESTARTING: ("Running", "Suspended"),
-        Phase.SUSPENDED: ("Running", "Restarting"),
-        Phase.SUCCEEDED: ("Running", "Restarting", "Suspended"),
-        Phase.FAILED: ("Running", "Restarting", "Suspended"),
+        Phase.QUEUED: ("Running", "Restarting", "Suspended"),
+        Phase.PENDING: ("Queued", "Running", "Restarting", "Suspended"),
+        Phase.RUNNING: ("Queued", "Restarting", "Suspended"),
+        Phase.RESTARTING: ("Queued", "Running", "Suspended"),
+        Phase.SUSPENDED: ("Queued", "Running", "Restarting"),
+        Phase.SUCCEEDED: ("Queued", "Running", "Restarting", "Suspended"),
+        Phase.FAILED: ("Queued", "Running", "Restarting", "Suspended"),
     }[phase]
     for ctype in ends:
         existing = next((c for c in conditions if c.get("type") == ctype), None)

@@ -226,3 +226,29 @@ def test_horovod(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: F
     done = wait_for(lambda: len(d := [e for e in log.events() if e.get("event") == "done"]) == 2 and d, 30,
                     "both ranks' final lines")
     assert {d["size"] for d in done} == {2} and len({d["weights_sha256"] for d in done}) == 1, done
+
+
+def stuck_job(name: str, container: dict[str, Any], policy: str = "Never") -> dict[str, Any]:
+    return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob", "metadata": {"name": name},
+            "spec": {"tensorflow": {"worker": {"replicas": 1, "restartPolicy": policy, "template": {"spec": {
+                "containers": [{"name": "tf", "resources": {"requests": {"cpu": "50m"}}, **container}]}}}},
+                "runPolicy": {"backoffLimit": 20}}}
+
+
+def test_an_image_that_cant_be_pulled_is_named(cluster: Cluster, job_namespace: str) -> None:
+    cluster.apply(stuck_job("noimage", {"image": "docker.io/disttrain/missing:none", "imagePullPolicy": "Never"}),
+                  job_namespace)
+    status = wait_for(lambda: (s := cluster.job_status(job_namespace, "noimage")).get("reason") == "ImagePullBackOff"
+                      and s, 60, "the job to name the image it can't pull")
+    assert "docker.io/disttrain/missing:none" in status["message"], status["message"]
+    print(f"image: {status['message']}")
+
+
+def test_a_crash_loop_is_said(cluster: Cluster, job_namespace: str) -> None:
+    container = {"image": "docker.io/disttrain/tensorflow:2.21", "command": ["python", "-c", "raise SystemExit(3)"]}
+    cluster.apply(stuck_job("crashing", container, policy="OnFailure"), job_namespace)
+    status = wait_for(lambda: (s := cluster.job_status(job_namespace, "crashing")).get("reason") == "CrashLoopBackOff"
+                      and s, 120, "the job to say its container keeps crashing")
+    assert status["message"].startswith("pod crashing-worker-0: CrashLoopBackOff: container tf:"), status["message"]
+    assert status["restarts"] >= 1
+    print(f"crash loop: {status['message']}")

@@ -82,6 +82,27 @@ class FakeKube:
         if found is not None and found["metadata"]["uid"] == uid:
             del self.objects[key_of(obj)]
 
+    async def patch(self, obj: Mapping[str, Any], body: Mapping[str, Any], *, status: bool = False,
+                    apply: bool = False) -> None:
+        """A merge patch, or (apply) a server-side apply whose conditions merge by type."""
+        self.calls.append(("apply" if apply else "patch", "/".join(key_of(obj)) + ("/status" if status else "")))
+        found = self.objects.get(key_of(obj))
+        if found is None:
+            return
+        for part in ("spec", "status"):
+            if part not in body:
+                continue
+            current = found.setdefault(part, {})
+            for name, value in body[part].items():
+                if apply and name == "conditions":
+                    merged = {c["type"]: c for c in current.get("conditions") or []}
+                    merged.update({c["type"]: c for c in value})
+                    current["conditions"] = list(merged.values())
+                elif value is None:
+                    current.pop(name, None)
+                else:
+                    current[name] = copy.deepcopy(value)
+
     async def served_group_versions(self) -> set[str]:
         self.calls.append(("discover", "/apis"))
         return set(self.served)

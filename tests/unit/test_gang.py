@@ -14,7 +14,8 @@ from disttrain.desired import job_pod, supporting_objects
 from disttrain.gang import GroupStatus
 from disttrain.objects import JobRef, PodKey
 from disttrain.observed import ObservedPod
-from disttrain.reconcile import JobState, reconcile
+from disttrain.passes import JobState
+from disttrain.reconcile import reconcile
 from disttrain.spec import Gang, GangProvider, JobSpec, parse_spec
 from manifests import mpi_job, replica, tf_job
 

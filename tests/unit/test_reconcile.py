@@ -8,8 +8,9 @@ from typing import Any
 from disttrain.mpi import generate_ssh_keys
 from disttrain.objects import JobRef
 from disttrain.observed import ObservedPod, observe_pod
+from disttrain.passes import JobState
 from disttrain.plan import Plan
-from disttrain.reconcile import JobState, reconcile
+from disttrain.reconcile import reconcile
 from disttrain.spec import parse_spec
 from manifests import replica, tf_job
 

@@ -54,6 +54,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [scheduling.x-k8s.io, scheduling.volcano.sh]
   resources: [podgroups]
   verbs: [create, get, delete]
+# Kueue (a job labelled kueue.x-k8s.io/queue-name): its Workload, watched, and its status kept.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, list, watch, create, delete, patch]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [patch]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]

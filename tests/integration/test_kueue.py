@@ -1,0 +1,235 @@
+"""Queues and quotas with a real Kueue (v0.19.2, built from its module, running beside the plane).
+
+Each test gets its own ResourceFlavor (node labels matching two KWOK nodes of its own, 8 GPUs
+each), ClusterQueue (a GPU quota) and LocalQueue. Jobs are labelled kueue.x-k8s.io/queue-name.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from manifests import mpi_job, replica, tf_job
+from support import ROOT, Cluster, wait_for
+
+pytestmark = pytest.mark.usefixtures("operator")
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+TIMINGS = ROOT / ".cache" / "kueue-timings.json"
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster) -> None:
+    served = cluster.kubectl("api-versions").stdout.split()
+    if "kueue.x-k8s.io/v1beta2" not in served:
+        pytest.skip("Kueue is not running on this cluster")
+
+
+def setup_queue(cluster: Cluster, ns: str, gpus: int, nodes: int = 2) -> str:
+    """Nodes with a flavor label, the flavor, a ClusterQueue with `gpus` of quota, a LocalQueue."""
+    from localcluster import FAKE_NODE_ANNOTATION
+
+    flavor = f"fl-{ns}"
+    for i in range(nodes):
+        capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
+        cluster.core.create_node({"metadata": {"name": f"{ns}-{i}", "annotations": {FAKE_NODE_ANNOTATION: "fake"},
+                                               "labels": {"gpu-pool": flavor, "type": "kwok-kueue"}},
+                                  "status": {"capacity": capacity, "allocatable": capacity}})
+    objects = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor},
+         "spec": {"nodeLabels": {"gpu-pool": flavor}}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": f"cq-{ns}"},
+         "spec": {"namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+                  "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [
+                      {"name": flavor, "resources": [{"name": "cpu", "nominalQuota": "100"},
+                                                     {"name": "memory", "nominalQuota": "1Ti"},
+                                                     {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "gpus", "namespace": ns},
+         "spec": {"clusterQueue": f"cq-{ns}"}},
+    ]
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
+    def active() -> bool:
+        queue = cluster.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", f"cq-{ns}")
+        conditions = queue.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+    wait_for(active, 30, "the ClusterQueue active")
+    return flavor
+
+
+@pytest.fixture
+def queue_ns(cluster: Cluster, namespace: str, kueue: None) -> Iterator[str]:
+    yield namespace
+    cluster.kubectl("delete", "clusterqueue", f"cq-{namespace}", "--wait=false", check=False)
+    cluster.kubectl("delete", "resourceflavor", f"fl-{namespace}", "--wait=false", check=False)
+    for i in range(2):
+        cluster.kubectl("delete", "node", f"{namespace}-{i}", "--wait=false", check=False)
+
+
+def queued(job: dict[str, Any], priority: str | None = None) -> dict[str, Any]:
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpus"}
+    if priority:
+        job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = priority
+    return job
+
+
+def eight_gpu_job(name: str, priority: str | None = None) -> dict[str, Any]:
+    return queued(tf_job(name, None, worker=replica(2, gpus=4, cpu="1")), priority)
+
+
+def workloads(cluster: Cluster, ns: str, job: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cluster.custom.list_namespaced_custom_object(
+        *KUEUE, ns, "workloads", label_selector=f"disttrain.dev/job-name={job}")["items"]
+    return items
+
+
+def pods_of(cluster: Cluster, ns: str, job: str) -> list[Any]:
+    return [p for p in cluster.pods(ns, f"disttrain.dev/job-name={job}") if not p.metadata.deletion_timestamp]
+
+
+def record(name: str, seconds: float) -> None:
+    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
+    timings[name] = round(seconds, 2)
+    TIMINGS.write_text(json.dumps(timings, indent=2))
+
+
+def test_quota_admits_two_of_three_and_the_third_when_one_finishes(cluster: Cluster, queue_ns: str) -> None:
+    setup_queue(cluster, queue_ns, gpus=16)
+    started = {}
+    for name in ("one", "two", "three"):
+        started[name] = time.monotonic()
+        cluster.apply(eight_gpu_job(name), queue_ns)
+        cluster.wait_phase(queue_ns, name, "Running" if name != "three" else "Queued", timeout=30)
+        if name != "three":
+            record(f"apply -> Running (admitted, pods bound): {name}", time.monotonic() - started[name])
+    status = cluster.job_status(queue_ns, "three")
+    assert status["message"].startswith("queued in LocalQueue gpus: couldn't assign flavors to pod set worker: "
+                                        "insufficient unused quota for nvidia.com/gpu"), status["message"]
+    assert not pods_of(cluster, queue_ns, "three"), "no pod before admission"
+    print("\n" + cluster.kubectl("get", "dtj", "-n", queue_ns).stdout)
+    print(cluster.kubectl("describe", "dtj", "three", "-n", queue_ns).stdout[-1500:])
+
+    wait_for(lambda: all(p.status.phase == "Running" for p in pods_of(cluster, queue_ns, "one")), 30, "one running")
+    done = time.monotonic()
+    cluster.finish_pod(queue_ns, "one-worker-0", 0)
+    cluster.wait_phase(queue_ns, "one", "Succeeded")
+    finished = wait_for(lambda: next((w for w in workloads(cluster, queue_ns, "one") if any(
+        c["type"] == "Finished" and c["status"] == "True" for c in w["status"].get("conditions", []))), None),
+        30, "the first Workload Finished (its quota released)")
+    assert finished["metadata"]["ownerReferences"][0]["name"] == "one"
+    cluster.wait_phase(queue_ns, "three", "Running", timeout=60)
+    record("first job done -> third admitted and Running", time.monotonic() - done)
+    cluster.finish_pod(queue_ns, "three-worker-0", 0)
+    cluster.wait_phase(queue_ns, "three", "Succeeded")
+
+
+def test_a_higher_priority_job_preempts_without_spending_a_restart(cluster: Cluster, queue_ns: str) -> None:
+    setup_queue(cluster, queue_ns, gpus=8)
+    for name, value in (("e2e-low", 100), ("e2e-high", 1000)):
+        cluster.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+            "value": value}))
+    cluster.apply(eight_gpu_job("low", "e2e-low"), queue_ns)
+    cluster.wait_phase(queue_ns, "low", "Running", timeout=30)
+    first = {p.metadata.uid for p in pods_of(cluster, queue_ns, "low")}
+    cluster.apply(eight_gpu_job("high", "e2e-high"), queue_ns)
+    status = cluster.wait_phase(queue_ns, "low", "Queued", timeout=60)
+    assert status["reason"] == "Evicted" and "Preempted" in status["message"], status["message"]
+    assert status["restarts"] == 0, "a preemption is no restart"
+    cluster.wait_event(queue_ns, "low", lambda e: e.reason == "Evicted", "the eviction said")
+    cluster.wait_phase(queue_ns, "high", "Running", timeout=60)
+    print("\n" + cluster.kubectl("get", "dtj", "-n", queue_ns).stdout + status["message"])
+    assert workloads(cluster, queue_ns, "high")[0]["spec"]["priority"] == 1000
+    cluster.finish_pod(queue_ns, "high-worker-0", 0)
+    cluster.wait_phase(queue_ns, "high", "Succeeded")
+    cluster.wait_phase(queue_ns, "low", "Running", timeout=60)
+    assert not first & {p.metadata.uid for p in pods_of(cluster, queue_ns, "low")}, "started afresh"
+    cluster.finish_pod(queue_ns, "low-worker-0", 0)
+    assert cluster.wait_phase(queue_ns, "low", "Succeeded")["restarts"] == 0
+
+
+def test_flavor_labels_land_on_an_mpi_jobs_pods_admitted_together(cluster: Cluster, queue_ns: str) -> None:
+    flavor = setup_queue(cluster, queue_ns, gpus=16)
+    cluster.apply(queued(mpi_job("hvd", workers=2, gpus=2)), queue_ns)
+    cluster.wait_phase(queue_ns, "hvd", "Running", timeout=60)
+    [workload] = workloads(cluster, queue_ns, "hvd")
+    assert [s["name"] for s in workload["spec"]["podSets"]] == ["launcher", "worker"]
+    assert [a["name"] for a in workload["status"]["admission"]["podSetAssignments"]] == ["launcher", "worker"]
+    for pod in pods_of(cluster, queue_ns, "hvd"):
+        assert pod.spec.node_selector == {"gpu-pool": flavor}
+        assert "kueue.x-k8s.io/queue-name" not in (pod.metadata.labels or {}), "Kueue would queue the pod alone"
+    wait_for(lambda: any(c["type"] == "PodsReady" and c["status"] == "True" for c in workloads(
+        cluster, queue_ns, "hvd")[0]["status"].get("conditions", [])), 30, "PodsReady on the Workload")
+
+
+def test_suspend_wins_and_a_change_while_queued_replaces_the_workload(cluster: Cluster, queue_ns: str) -> None:
+    setup_queue(cluster, queue_ns, gpus=8)
+    cluster.apply(eight_gpu_job("held"), queue_ns)
+    cluster.wait_phase(queue_ns, "held", "Running", timeout=30)
+    cluster.kubectl("patch", "dtj", "held", "-n", queue_ns, "--type=merge", "-p",
+                    '{"spec":{"runPolicy":{"suspend":true}}}')
+    cluster.wait_phase(queue_ns, "held", "Suspended")
+    cluster.apply(eight_gpu_job("next"), queue_ns)
+    cluster.wait_phase(queue_ns, "next", "Running", timeout=60)  # the suspended job's quota went back
+    cluster.kubectl("patch", "dtj", "held", "-n", queue_ns, "--type=merge", "-p",
+                    '{"spec":{"runPolicy":{"suspend":false}}}')
+    cluster.wait_phase(queue_ns, "held", "Queued", timeout=30)
+    before = workloads(cluster, queue_ns, "held")[0]["metadata"]["uid"]
+    cluster.kubectl("patch", "dtj", "held", "-n", queue_ns, "--type=json", "-p", json.dumps([{
+        "op": "replace", "path": "/spec/tensorflow/worker/template/spec/containers/0/resources/limits/cpu",
+        "value": "2"}]))
+    wait_for(lambda: [w["metadata"]["uid"] for w in workloads(cluster, queue_ns, "held")
+                      if not w["metadata"].get("deletionTimestamp")] not in ([], [before]), 30, "a new Workload")
+    cluster.finish_pod(queue_ns, "next-worker-0", 0)
+    cluster.wait_phase(queue_ns, "held", "Running", timeout=60)
+
+
+def test_a_job_without_the_label_is_left_to_the_scheduler(cluster: Cluster, queue_ns: str) -> None:
+    cluster.apply(tf_job("free", None, worker=replica(1)), queue_ns)
+    cluster.wait_phase(queue_ns, "free", "Running")
+    assert not workloads(cluster, queue_ns, "free")
+
+
+def test_kueues_own_webhooks_admit_the_workloads_the_operator_writes(cluster: Cluster, queue_ns: str) -> None:
+    """The API server calls Kueue's mutating and validating Workload webhooks for our writes, and
+    neither refuses one: the Workloads are what Kueue itself would accept from its own jobs."""
+    setup_queue(cluster, queue_ns, gpus=8)
+    cluster.apply(queued(tf_job("hooked", None, worker=replica(1))), queue_ns)
+    cluster.wait_phase(queue_ns, "hooked", "Running", timeout=60)
+    calls: dict[tuple[str, str], float] = {}
+    for line in cluster.kubectl("get", "--raw", "/metrics").stdout.splitlines():
+        if line.startswith("apiserver_admission_webhook_request_total") and "workload.kb.io" in line:
+            labels = dict(part.split("=", 1) for part in line[line.index("{") + 1:line.index("}")].split(","))
+            key = (labels["name"].strip('"'), labels["rejected"].strip('"'))
+            calls[key] = calls.get(key, 0) + float(line.rsplit(" ", 1)[1])
+    assert calls.get(("mworkload.kb.io", "false"), 0) > 0, calls
+    assert calls.get(("vworkload.kb.io", "false"), 0) > 0, calls
+    assert not [key for key in calls if key[1] == "true"], calls
+
+
+def test_without_kueue_the_operator_asks_nothing_of_it(tmp_path: Any) -> None:
+    """On a cluster that serves no Kueue: jobs run, no error, and not one request about Kueue."""
+    from localcluster import LocalCluster
+    from support import OperatorProcess, install_crd
+
+    with LocalCluster(root=tmp_path / "plane", nodes=1, gang_schedulers=False, kueue=False) as plane:
+        bare = Cluster(kubeconfig=plane.kubeconfig)
+        install_crd(bare)
+        operator = OperatorProcess(bare, tmp_path / "operator.log")
+        operator.start()
+        try:
+            job = tf_job("plain", None, worker=replica(1))
+            job["metadata"]["labels"] = {"team": "ml"}
+            bare.apply(job, "default")
+            bare.wait_phase("default", "plain", "Running", timeout=60)
+            bare.finish_pod("default", "plain-worker-0", 0)
+            bare.wait_phase("default", "plain", "Succeeded")
+        finally:
+            operator.stop()
+        metrics = plane.api_text("/metrics")
+        assert not [line for line in metrics.splitlines()
+                    if line.startswith("apiserver_request_total") and 'group="kueue.x-k8s.io"' in line]
+        log = operator.log()
+        assert " ERROR " not in log and "Traceback" not in log, log

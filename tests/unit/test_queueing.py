@@ -1,0 +1,194 @@
+"""Kueue: the Workload a queued job gets, how its admission lands on the pods, and the job's life
+in a queue (held, admitted, evicted without a restart, finished, suspended, changed while queued);
+and why a job waits, from its pods alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+from disttrain import queueing
+from disttrain.objects import JobRef
+from disttrain.observed import ObservedPod, observe_pod
+from disttrain.passes import JobState
+from disttrain.plan import Plan
+from disttrain.queueing import Flavor, ObservedWorkload, QueueState
+from disttrain.reconcile import reconcile
+from disttrain.spec import JobSpec, parse_spec
+from manifests import mpi_job, replica, tf_job
+
+REF = JobRef("mnist", "ml", "uid-1")
+NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
+SPEC = parse_spec(tf_job("mnist", None, chief=replica(1, cpu="1"), worker=replica(2, gpus=4))["spec"])
+FLAVORS = {"a100": Flavor({"gpu-type": "a100"}, [{"key": "nvidia.com/gpu", "operator": "Exists"}])}
+
+
+def workload(*conditions: tuple[str, bool, str, str], spec: JobSpec = SPEC, active: bool = True,
+             owner: str = "uid-1") -> ObservedWorkload:
+    sets = queueing.pod_sets(spec)
+    return ObservedWorkload(
+        name=queueing.workload_name(REF), uid="wl-uid", owner_uid=owner, podsets_hash=queueing.podsets_hash(sets),
+        active=active, conditions={t: {"type": t, "status": "True" if s else "False", "reason": r, "message": m}
+                                   for t, s, r, m in conditions},
+        assignments={s["name"]: {"nvidia.com/gpu": "a100", "cpu": "a100"} for s in sets}, resource_version="7",
+        cluster_queue="gpu-cq")
+
+
+ADMITTED = (("QuotaReserved", True, "QuotaReserved", ""), ("Admitted", True, "Admitted", ""))
+
+
+def step(status: dict[str, Any] | None = None, wl: ObservedWorkload | None = None,
+         pods: list[ObservedPod] | None = None, spec: JobSpec = SPEC) -> Plan:
+    state = QueueState("team-gpu", wl, FLAVORS if wl else {})
+    return reconcile(JobState(REF, 1, spec, status or {}, queue=state), pods or [], NOW)
+
+
+def pod(rtype: str, index: int, phase: str = "Running", **extra: Any) -> ObservedPod:
+    return ObservedPod(name=f"mnist-{rtype}-{index}", uid=f"u-{rtype}-{index}", owner_uid="uid-1",
+                       replica_type=rtype, index=index, phase=phase, ready=phase == "Running", terminating=False,
+                       exit_code=None, reason=None, container_restarts=0, scheduled=True, **extra)
+
+
+def test_the_workload_has_a_pod_set_per_replica_type_and_is_the_jobs() -> None:
+    state = QueueState("team-gpu", priority=("high", 1000))
+    wl = queueing.desired_workload(REF, SPEC, state)
+    assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    assert wl["metadata"]["name"].startswith("disttrainjob-mnist-") and len(wl["metadata"]["name"]) == 24
+    assert wl["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert wl["metadata"]["labels"] == {"disttrain.dev/job-name": "mnist", "kueue.x-k8s.io/job-uid": "uid-1",
+                                        "kueue.x-k8s.io/priority-class": "high"}
+    assert [(s["name"], s["count"]) for s in wl["spec"]["podSets"]] == [("chief", 1), ("worker", 2)]
+    assert wl["spec"]["podSets"][1]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert wl["spec"]["queueName"] == "team-gpu"
+    assert wl["spec"]["priorityClassRef"] == {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
+                                              "name": "high"}
+    assert wl["spec"]["priority"] == 1000
+
+
+def test_an_mpi_job_is_one_workload_launcher_and_workers_admitted_together() -> None:
+    spec = parse_spec(mpi_job("hvd", workers=3, gpus=1)["spec"])
+    assert [(s["name"], s["count"]) for s in queueing.pod_sets(spec)] == [("launcher", 1), ("worker", 3)]
+
+
+def test_a_queued_job_makes_its_workload_and_no_pod() -> None:
+    plan = step()
+    assert [op.verb for op in plan.workload] == ["create"]
+    assert not plan.create
+    assert plan.status["phase"] == "Queued" and "startTime" not in plan.status
+    assert plan.status["message"].startswith("queued in LocalQueue team-gpu: waiting for Kueue to admit Workload")
+
+
+def test_a_pending_workload_says_kueues_reason() -> None:
+    said = ("couldn't assign flavors to pod set worker: insufficient unused quota for nvidia.com/gpu in flavor a100, "
+            "8 more needed")
+    plan = step({"phase": "Queued"}, workload(("QuotaReserved", False, "Pending", said)))
+    assert plan.status["phase"] == "Queued" and not plan.create and not plan.workload
+    assert plan.status["message"] == f"queued in LocalQueue team-gpu: {said}"
+
+
+def test_admission_starts_the_job_with_the_flavors_node_labels_and_tolerations() -> None:
+    plan = step({"phase": "Queued"}, workload(*ADMITTED))
+    assert plan.status["phase"] == "Pending" and plan.status["reason"] == "Admitted"
+    assert plan.status["message"].endswith("to ClusterQueue gpu-cq") and plan.status["startTime"]
+    pods = [o for o in plan.create if o["kind"] == "Pod"]
+    assert len(pods) == 3
+    assert all(p["spec"]["nodeSelector"] == {"gpu-type": "a100"} for p in pods)
+    assert all({"key": "nvidia.com/gpu", "operator": "Exists"} in p["spec"]["tolerations"] for p in pods)
+
+
+def test_a_template_selector_that_contradicts_the_flavor_fails_the_job() -> None:
+    job = tf_job("mnist", None, worker=replica(2, gpus=4))
+    job["spec"]["tensorflow"]["worker"]["template"]["spec"]["nodeSelector"] = {"gpu-type": "h100"}
+    spec = parse_spec(job["spec"])
+    plan = step({"phase": "Queued"}, workload(*ADMITTED, spec=spec), spec=spec)
+    assert plan.status["phase"] == "Failed" and not [o for o in plan.create if o["kind"] == "Pod"]
+    assert plan.status["message"].startswith("spec.tensorflow.worker.template.spec.nodeSelector: the pod "
+                                             "template's nodeSelector gpu-type=h100 conflicts")
+
+
+def test_eviction_stops_the_pods_without_a_restart_then_hands_the_quota_back() -> None:
+    evicted = workload(*ADMITTED, ("Evicted", True, "Preempted", "Preempted to accommodate a workload"))
+    running = [pod("chief", 0), pod("worker", 0), pod("worker", 1)]
+    plan = step({"phase": "Running", "operatorRestarts": 0}, evicted, running)
+    assert plan.status["phase"] == "Queued" and plan.status["reason"] == "Evicted"
+    assert len(plan.delete) == 3 and plan.status["restarts"] == 0
+    assert "Preempted to accommodate" in plan.status["message"] and plan.events[0].type == "Warning"
+    assert not [op for op in plan.workload if op.verb == "release"], "not while pods remain"
+    gone = step(plan.status, evicted, [])
+    [release] = [op for op in gone.workload if op.verb == "release"]
+    assert release.resource_version == "7" and release.body["admission"] is None
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in release.body["conditions"]}
+    assert conditions["Requeued"] == ("True", "Preempted")
+    assert conditions["QuotaReserved"] == ("False", "Pending") and conditions["Admitted"] == ("False", "NoReservation")
+
+
+def test_pods_ready_then_finished_are_reported() -> None:
+    running = [pod("chief", 0), pod("worker", 0), pod("worker", 1)]
+    plan = step({"phase": "Running"}, workload(*ADMITTED), running)
+    assert [(op.verb, op.body["type"]) for op in plan.workload] == [("condition", "PodsReady")]
+    ready = workload(*ADMITTED, ("PodsReady", True, "Started", ""))
+    done = step({"phase": "Running"}, ready, [pod("chief", 0, "Succeeded"), *running[1:]])
+    assert done.status["phase"] == "Succeeded"
+    assert [(op.verb, op.body["type"], op.body["reason"]) for op in done.workload] == [
+        ("condition", "Finished", "Succeeded")]
+
+
+def test_suspend_deactivates_the_workload_and_resume_activates_it() -> None:
+    job = tf_job("mnist", {"suspend": True}, chief=replica(1, cpu="1"), worker=replica(2, gpus=4))
+    spec = parse_spec(job["spec"])
+    plan = step({"phase": "Running"}, workload(*ADMITTED, spec=spec), [pod("worker", 0)], spec=spec)
+    assert plan.status["phase"] == "Suspended"
+    assert [(op.verb, op.body) for op in plan.workload] == [("active", {"active": False})]
+    resumed = step(plan.status, workload(spec=SPEC, active=False))
+    assert ("active", {"active": True}) in [(op.verb, op.body) for op in resumed.workload]
+
+
+def test_a_job_changed_while_queued_replaces_its_workload() -> None:
+    old = dataclasses.replace(workload(("QuotaReserved", False, "Pending", "")), podsets_hash="from-before")
+    plan = step({"phase": "Queued"}, old)
+    assert [(op.verb, op.name) for op in plan.workload] == [("delete", old.name)]
+    assert "changed while it was queued" in plan.status["message"]
+
+
+def test_an_earlier_jobs_workload_is_not_this_ones() -> None:
+    plan = step({"phase": "Queued"}, workload(*ADMITTED, owner="uid-old"))
+    assert [op.verb for op in plan.workload] == ["create"]
+
+
+# -- why a job waits, from its pods -------------------------------------------------------------
+
+
+def pending_job(pods: list[ObservedPod]) -> Plan:
+    return reconcile(JobState(REF, 1, SPEC, {"phase": "Pending"}), pods, NOW)
+
+
+def test_an_unschedulable_pod_is_said_in_the_schedulers_words() -> None:
+    stuck = dataclasses.replace(pod("worker", 1, "Pending"), scheduled=False,
+                                unschedulable="0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")
+    plan = pending_job([pod("chief", 0), pod("worker", 0), stuck])
+    assert plan.status["reason"] == "Unschedulable"
+    assert plan.status["message"] == ("pod mnist-worker-1 can't be scheduled: 0/4 nodes are available: "
+                                      "4 Insufficient nvidia.com/gpu.")
+
+
+def test_an_image_that_cant_be_pulled_names_the_image() -> None:
+    raw = {"metadata": {"name": "mnist-worker-0", "uid": "u", "labels": {"disttrain.dev/replica-type": "worker"},
+                        "ownerReferences": [{"kind": "DistTrainJob", "uid": "uid-1", "controller": True}]},
+           "spec": {"nodeName": "n1"},
+           "status": {"phase": "Pending", "containerStatuses": [{"name": "tf", "image": "tf:nope", "state": {
+               "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "tf:nope"'}}}]}}
+    plan = pending_job([observe_pod(raw)])
+    assert plan.status["reason"] == "ImagePullBackOff"
+    assert plan.status["message"] == ('pod mnist-worker-0: ImagePullBackOff: container tf: '
+                                      'Back-off pulling image "tf:nope"')
+
+
+def test_a_crash_loop_in_a_running_job_is_said_and_unsaid() -> None:
+    healthy = [pod("chief", 0), pod("worker", 0), pod("worker", 1)]
+    crashing = dataclasses.replace(healthy[2], ready=False, stuck="CrashLoopBackOff: container tf: back-off 20s")
+    status = {"phase": "Running", "reason": "AllPodsRunning", "message": "all 3 pods are running"}
+    plan = reconcile(JobState(REF, 1, SPEC, status), [*healthy[:2], crashing], NOW)
+    assert plan.status["phase"] == "Running" and plan.status["reason"] == "CrashLoopBackOff"
+    recovered = reconcile(JobState(REF, 1, SPEC, plan.status), healthy, NOW)
+    assert (recovered.status["reason"], recovered.status["message"]) == ("AllPodsRunning", "all 3 pods are running")
