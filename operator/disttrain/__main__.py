@@ -3,6 +3,7 @@
     disttrain run [--namespace NS ...] [--leader-election] [--metrics-port 8080]
     disttrain crd
     disttrain render job.yaml
+    disttrain logs JOB [-n NS] [-f] [--type worker] [--previous]   (also: kubectl disttrain logs ...)
 """
 
 from __future__ import annotations
@@ -33,6 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("crd", help="print the DistTrainJob CRD")
     render_cmd = sub.add_parser("render", help="print every object the operator would create for a job")
     render_cmd.add_argument("file", type=Path, help="a DistTrainJob manifest, or - for standard input")
+    logs = sub.add_parser("logs", help="every pod's log of a job, each line prefixed [worker-1]")
+    logs.add_argument("job", help="the DistTrainJob's name")
+    logs.add_argument("--namespace", "-n", help="default: the kubeconfig context's namespace")
+    logs.add_argument("--follow", "-f", action="store_true",
+                      help="as lines arrive, through restarts, until the job succeeds or fails")
+    logs.add_argument("--type", dest="replica_type", choices=["chief", "ps", "worker", "evaluator", "launcher"],
+                      help="only the pods of this replica type")
+    logs.add_argument("--previous", "-p", action="store_true", help="the containers' logs before their last restart")
+    logs.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or in-cluster")
+    logs.add_argument("--context", help="the kubeconfig context to use")
     args = parser.parse_args(argv)
 
     if args.command == "crd":
@@ -46,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
         sys.stdout.write(render(text))
         return 0
+    if args.command == "logs":
+        from disttrain.client.commands import logs_command
+
+        return logs_command(args.job, namespace=args.namespace, follow=args.follow, replica_type=args.replica_type,
+                            previous=args.previous, kubeconfig=args.kubeconfig, context=args.context)
     return _run(args)
 
 
@@ -65,6 +81,15 @@ def _run(args: argparse.Namespace) -> int:
         # kopf logs every handled event at INFO: at thousands of pods that is the whole log.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe
+    import asyncio
+
+    from disttrain.preflight import check_kubernetes_version
+
+    # Before the Lease and the handlers: on too old a cluster, one clear line and exit 1.
+    problem = asyncio.run(check_kubernetes_version())
+    if problem:
+        logging.getLogger("disttrain").error(problem)
+        return 1
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port)
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(3)}"
@@ -72,8 +97,6 @@ def _run(args: argparse.Namespace) -> int:
         from disttrain.leader import lead
 
         lead(args.leader_election_namespace, args.lease_name, identity, args.lease_duration)
-    import asyncio
-
     from disttrain.kube import wait_for_crd
 
     asyncio.run(wait_for_crd(logging.getLogger("disttrain")))

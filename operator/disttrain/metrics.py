@@ -2,6 +2,7 @@
 
 from prometheus_client import Counter, Histogram
 
+from disttrain.job_gauges import JobGauges
 from disttrain.reasons import FAILURES, RESTARTS, Reason
 
 JOBS = Counter("disttrain_job_transitions_total", "Job phase transitions, by reason", ["reason"])
@@ -12,6 +13,8 @@ JOBS_RESTARTED = Counter("disttrain_jobs_restarted_total", "Pod- or job-level re
 PODS_CREATED = Counter("disttrain_pods_created_total", "Pods the operator created")
 PODS_DELETED = Counter("disttrain_pods_deleted_total", "Pods the operator deleted")
 RECONCILE_SECONDS = Histogram("disttrain_reconcile_duration_seconds", "Time of one reconcile, API writes included")
+# Per job (phase, pods ready and wanted, restarts, time to running), set from the jobs' watch events.
+JOB_GAUGES = JobGauges()
 
 
 def count_transition(reason: Reason) -> None:

@@ -40,8 +40,22 @@ def rendered_provider(spec: JobSpec) -> GangProvider | None:
     return gang.choose(settings, set(gang.API), spec.run_policy.scheduling.scheduler_name)
 
 
+class _ManifestDumper(yaml.SafeDumper):
+    """Multi-line strings (hostfile, discover_hosts.sh, ssh config) as literal blocks, the way a
+    person writes them in a manifest, rather than quoted with a blank line per line break."""
+
+
+def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # PyYAML falls back to quoting by itself where a literal block can't hold the value
+    # (trailing spaces, control characters), so the output always loads back to the same text.
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_ManifestDumper.add_representer(str, _string)
+
+
 def render(text: str) -> str:
     # Other documents of the file (a PVC beside the job, say) are the user's own: not shown.
     docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == KIND]
     objects = [obj for doc in docs for obj in render_objects(doc)]
-    return yaml.safe_dump_all(objects, sort_keys=False)
+    return yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False)

@@ -41,3 +41,18 @@ def test_render_prints_every_object(example: Path) -> None:
         assert {"ConfigMap", "Secret"} <= {o["kind"] for o in objects}
         secret = next(o for o in objects if o["kind"] == "Secret")
         assert "PRIVATE KEY" not in yaml.safe_dump(secret), "render never prints a real key"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_render_output_passes_server_side_dry_run(crd: Cluster, namespace: str, example: Path) -> None:
+    """What `disttrain render` prints is a manifest the API server takes as it is (literal blocks
+    included): pods, Service, ConfigMap, Secret."""
+    docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    for doc in docs:
+        doc.setdefault("metadata", {})["namespace"] = namespace
+    out = subprocess.run([sys.executable, "-m", "disttrain", "render", "-"], input=yaml.safe_dump_all(docs),
+                         capture_output=True, text=True, check=True).stdout
+    if "mpi" in out:
+        assert "hostfile: |" in out
+    result = crd.kubectl("apply", "--dry-run=server", "-f", "-", input=out)
+    assert "(server dry run)" in result.stdout and "pod/" in result.stdout, result.stdout

@@ -4,6 +4,9 @@ ServiceAccount, takes a TensorFlow job and an MPI job to Succeeded."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -23,6 +26,7 @@ VALUE_SETS = {
     "ha-namespaced": ["--set", "replicaCount=3", "--set", "watchNamespaces={team-a}"],
     "namespaced": ["--set", "watchNamespaces={team-a,team-b}"],
     "no-metrics": ["--set", "metrics.enabled=false", "--set", "serviceAccount.name=custom"],
+    "dashboard": ["--set", "dashboard.enabled=true", "--set", "dashboard.annotations.grafana_folder=ML"],
 }
 
 
@@ -61,6 +65,67 @@ def test_values_schema_rejects_nonsense(cluster: Cluster) -> None:
     bad = subprocess.run([str(HELM), "template", "dt", str(CHART), "--set", "replicaCount=0"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "replicaCount" in bad.stderr
+
+
+def test_helm_template_renders_with_no_flags() -> None:
+    """No cluster, no --kube-version: what `helm template | kubectl apply` and GitOps tools run."""
+    result = subprocess.run([str(HELM), "template", str(CHART)], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "KUBECONFIG": "/nonexistent"})
+    assert result.returncode == 0, result.stderr
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(result.stdout) if doc]
+    assert "Deployment" in kinds and "ConfigMap" not in kinds  # the dashboard is off by default
+
+
+def exported_metric_names() -> set[str]:
+    """Every series name the operator's /metrics can carry (a labelled gauge with no job yet
+    still declares its family)."""
+    import prometheus_client
+
+    import disttrain.metrics  # noqa: F401  (registers them)
+
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
+    return {family.name + suffix for family in prometheus_client.REGISTRY.collect()
+            if family.name.startswith("disttrain_") for suffix in suffixes.get(family.type, [""])}
+
+
+def metrics_in(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads: identifiers that are neither functions (before
+    a parenthesis) nor inside label matchers, groupings, ranges or strings."""
+    stripped = re.sub(r'"[^"]*"|\{[^}]*\}|\[[^\]]*\]|\b(by|without)\s*\([^)]*\)', " ", expr)
+    return {name for name, call in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(\()?", stripped) if not call}
+
+
+def test_dashboard_renders_valid_json_naming_only_exported_metrics() -> None:
+    result = subprocess.run([str(HELM), "template", "dt", str(CHART), "--set", "dashboard.enabled=true"],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "KUBECONFIG": "/nonexistent"})
+    assert result.returncode == 0, result.stderr
+    maps = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "ConfigMap"]
+    assert len(maps) == 1 and maps[0]["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(maps[0]["data"]["disttrain.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    queries = [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    exported = exported_metric_names()
+    for expr in exprs:
+        assert metrics_in(expr) and metrics_in(expr) <= exported, (expr, metrics_in(expr) - exported)
+    for query in queries:  # label_values(<metric>{...}, <label>)
+        assert re.match(r"label_values\((\w+)", query).group(1) in exported, query  # type: ignore[union-attr]
+    for gauge in ("disttrain_job_phase", "disttrain_job_pods_ready", "disttrain_job_pods_desired",
+                  "disttrain_job_restarts", "disttrain_job_seconds_to_running"):
+        assert any(gauge in e for e in exprs), f"no panel shows {gauge}"
+
+
+def test_helm_install_dry_runs_and_upgrade(crd: Cluster, installed: str) -> None:
+    release_ns = f"dry-{uuid.uuid4().hex[:6]}"
+    client_side = helm(crd, "install", "dry", str(CHART), "--namespace", release_ns, "--dry-run")
+    server_side = helm(crd, "install", "dry", str(CHART), "--namespace", release_ns, "--dry-run=server")
+    for out in (client_side, server_side):
+        assert "STATUS: pending-install" in out and "kind: Deployment" in out
+    upgraded = helm(crd, "upgrade", "dt", str(CHART), "--namespace", installed, "--set", "replicaCount=2")
+    assert "REVISION: 2" in upgraded, upgraded
+    replicas = crd.kubectl("get", "deployment", "dt-disttrain-operator", "-n", installed, "-o",
+                           "jsonpath={.spec.replicas}").stdout
+    assert replicas == "2"
 
 
 def impersonating_kubeconfig(cluster: Cluster, tmp: Path, namespace: str, service_account: str) -> Path:
@@ -196,6 +261,24 @@ def test_health_and_metrics_endpoints(cluster: Cluster, namespace: str, tmp_path
                         "disttrain_pods_created_total 2.0" in t and t, 30, "metrics")
         assert "disttrain_jobs_created_total 1.0" in text
         assert "disttrain_reconcile_duration_seconds_count" in text
+
+        def job_series() -> dict[tuple[str, str], float]:
+            """This job's per-job series: (name, phase) -> value."""
+            from prometheus_client.parser import text_string_to_metric_families
+
+            text = get(f"http://127.0.0.1:{metrics}/metrics")
+            assert text, "metrics endpoint"
+            return {(s.name, s.labels.get("phase", "")): s.value for f in text_string_to_metric_families(text)
+                    for s in f.samples if s.labels.get("job_name") == "metered"
+                    and s.labels.get("job_namespace") == namespace}
+        series = wait_for(lambda: (got := job_series()).get(("disttrain_job_phase", "Running")) == 1 and got, 30,
+                          "per-job gauges")
+        assert series[("disttrain_job_phase", "Pending")] == 0
+        assert series[("disttrain_job_pods_ready", "")] == series[("disttrain_job_pods_desired", "")] == 2
+        assert series[("disttrain_job_restarts", "")] == 0
+        assert series[("disttrain_job_seconds_to_running", "")] >= 0
+        cluster.kubectl("delete", "disttrainjob", "metered", "-n", namespace)
+        wait_for(lambda: not job_series(), 30, "the deleted job's series to go")
     finally:
         served.stop()
         operator.start()

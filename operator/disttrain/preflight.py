@@ -1,0 +1,44 @@
+"""The Kubernetes version the operator needs, checked once at start-up.
+
+The CRD's validation rules (CEL, with `reason` and `fieldPath`) and the server-side apply the
+operator writes with are served from Kubernetes 1.30. The Helm chart can't insist on that when it
+is rendered offline (helm template, GitOps tools: helm's placeholder version is v1.20), so the
+operator says it instead, before doing anything, in a line that names both versions."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from kubernetes_asyncio import client
+
+from disttrain.kube import new_api_client
+
+MINIMUM = (1, 30)
+
+
+def server_version(info: Mapping[str, str]) -> tuple[int, int] | None:
+    """(major, minor) of an API server's /version answer; None if it can't be read. Managed
+    clusters write minor as "29+" (GKE, EKS): the digits count."""
+    major = re.match(r"\d+", str(info.get("major", "")))
+    minor = re.match(r"\d+", str(info.get("minor", "")))
+    if major and minor:
+        return int(major.group()), int(minor.group())
+    found = re.match(r"v?(\d+)\.(\d+)", str(info.get("gitVersion", "")))
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def version_problem(info: Mapping[str, str]) -> str | None:
+    """Why the operator can't run against this API server, or None if it can."""
+    version = server_version(info)
+    if version is None or version >= MINIMUM:
+        return None  # an unreadable version is let through: the API calls will say more than we can
+    return (f"disttrain needs Kubernetes {MINIMUM[0]}.{MINIMUM[1]} or later (CRD validation rules in CEL, "
+            f"server-side apply); this API server runs {info.get('gitVersion') or '.'.join(map(str, version))}")
+
+
+async def check_kubernetes_version() -> str | None:
+    """Ask the API server its version: the problem, if it is too old."""
+    async with await new_api_client(1) as api_client:
+        info = await client.VersionApi(api_client).get_code()
+    return version_problem({"major": info.major, "minor": info.minor, "gitVersion": info.git_version})

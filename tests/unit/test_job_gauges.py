@@ -1,0 +1,75 @@
+"""Per-job gauges: what they show for a job body, and that a deleted job's series go away."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from disttrain.job_gauges import PHASES, JobGauges, sample
+from manifests import mwms_job, ps_job
+
+
+def body(job: dict[str, Any], namespace: str = "ns", uid: str = "u1", **status: Any) -> dict[str, Any]:
+    job = dict(job)
+    job["metadata"] = {**job["metadata"], "namespace": namespace, "uid": uid,
+                       "creationTimestamp": "2026-01-01T00:00:00Z"}
+    job["status"] = status
+    return job
+
+
+RUNNING: dict[str, Any] = {
+    "phase": "Running", "restarts": 2, "replicaStatuses": {"worker": {"ready": 3}, "ps": {"ready": 2}},
+    "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": "2026-01-01T00:00:42Z"}]}
+
+
+def series(registry: CollectorRegistry, job_name: str) -> dict[tuple[str, str], float]:
+    return {(s.name, s.labels.get("phase", "")): s.value for metric in registry.collect()
+            for s in metric.samples if s.labels.get("job_name") == job_name}
+
+
+def test_sample_reads_phase_pods_restarts_and_time_to_running() -> None:
+    got = sample(body(ps_job("p"), **RUNNING))
+    assert (got.phase, got.pods_ready, got.pods_desired, got.restarts, got.seconds_to_running) == \
+        ("Running", 5, 7, 2, 42.0)
+    fresh = sample(body(mwms_job("m", workers=2)))
+    assert (fresh.phase, fresh.pods_ready, fresh.pods_desired, fresh.restarts, fresh.seconds_to_running) == \
+        ("Pending", 0, 2, 0, None)
+    not_running = {**RUNNING, "conditions": [{**RUNNING["conditions"][0], "status": "False"}]}
+    assert sample(body(ps_job("p"), **not_running)).seconds_to_running is None
+
+
+def test_gauges_show_one_phase_and_keep_the_first_time_to_running() -> None:
+    registry = CollectorRegistry()
+    gauges = JobGauges(registry)
+    gauges.observe("ADDED", body(ps_job("p"), **RUNNING))
+    later = {**RUNNING, "conditions": [{**RUNNING["conditions"][0], "lastTransitionTime": "2026-01-01T01:00:00Z"}]}
+    gauges.observe("MODIFIED", body(ps_job("p"), **later))
+    got = series(registry, "p")
+    assert {phase for (name, phase), v in got.items() if name == "disttrain_job_phase" and v == 1} == {"Running"}
+    assert len([k for k in got if k[0] == "disttrain_job_phase"]) == len(PHASES)
+    assert got[("disttrain_job_pods_ready", "")] == 5 and got[("disttrain_job_pods_desired", "")] == 7
+    assert got[("disttrain_job_restarts", "")] == 2
+    assert got[("disttrain_job_seconds_to_running", "")] == 42.0
+
+
+def test_a_deleted_jobs_series_go_away() -> None:
+    registry = CollectorRegistry()
+    gauges = JobGauges(registry)
+    for i in range(50):  # jobs come and go: the series don't pile up
+        gauges.observe(None, body(mwms_job(f"j{i}"), uid=f"u{i}", **RUNNING))
+        gauges.observe("DELETED", body(mwms_job(f"j{i}"), uid=f"u{i}", **RUNNING))
+    gauges.observe("ADDED", body(mwms_job("kept"), **RUNNING))
+    names = {s.labels["job_name"] for metric in registry.collect() for s in metric.samples if "job_name" in s.labels}
+    assert names == {"kept"}
+    assert len(series(registry, "kept")) == len(PHASES) + 4
+
+
+def test_a_job_made_again_under_the_same_name_starts_afresh() -> None:
+    registry = CollectorRegistry()
+    gauges = JobGauges(registry)
+    gauges.observe("ADDED", body(mwms_job("again"), uid="old", **RUNNING))
+    gauges.observe("ADDED", body(mwms_job("again"), uid="new", phase="Pending"))
+    got = series(registry, "again")
+    assert ("disttrain_job_seconds_to_running", "") not in got
+    assert got[("disttrain_job_phase", "Pending")] == 1

@@ -1,0 +1,24 @@
+"""The operator's start-up check of the API server's version (the chart renders offline, so the
+operator is what says a cluster is too old)."""
+
+from __future__ import annotations
+
+from disttrain.preflight import server_version, version_problem
+
+
+def test_reads_plain_and_managed_cluster_versions() -> None:
+    assert server_version({"major": "1", "minor": "36", "gitVersion": "v1.36.3"}) == (1, 36)
+    assert server_version({"major": "1", "minor": "29+", "gitVersion": "v1.29.8-gke.1"}) == (1, 29)
+    assert server_version({"major": "", "minor": "", "gitVersion": "v1.31.0"}) == (1, 31)
+    assert server_version({"gitVersion": "something"}) is None
+
+
+def test_too_old_a_cluster_is_named_with_both_versions() -> None:
+    problem = version_problem({"major": "1", "minor": "29", "gitVersion": "v1.29.4"})
+    assert problem is not None and "1.30 or later" in problem and "v1.29.4" in problem
+
+
+def test_supported_and_unreadable_versions_pass() -> None:
+    assert version_problem({"major": "1", "minor": "30", "gitVersion": "v1.30.0"}) is None
+    assert version_problem({"major": "2", "minor": "0", "gitVersion": "v2.0.0"}) is None
+    assert version_problem({}) is None
