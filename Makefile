@@ -92,9 +92,11 @@ demo: venv binaries tf-venv $(if $(REAL_NODE),node) ## a job from kubectl apply 
 	$(if $(REAL_NODE),$(PY) hack/images.py --only operator$(,)tensorflow)
 	$(PY) hack/demo.py $(if $(REAL_NODE),--real-node)
 
-# Operator vs a plain client doing the same API writes; writes bench-results/results.md.
-bench: venv binaries ## the operator against a plain client doing the same API writes
-	$(PY) hack/bench.py
+# Operator vs a plain client doing the same API writes: burst, completion, single job, scale and
+# API cost; writes bench/results.{json,md} and plots. BENCH_ARGS=--quick (under 5 minutes), --profile.
+BENCH_ARGS ?=
+bench: venv binaries ## the operator against a plain client doing the same API writes (bench/results.md)
+	$(PY) hack/bench.py $(BENCH_ARGS)
 
 REAL_NODE ?=
 cluster-up: venv binaries $(if $(REAL_NODE),node images) ## a local plane with 4 fake GPU nodes (REAL_NODE=1: and a real one)

@@ -1,184 +1,384 @@
-"""`make bench`: the operator's write path against a plain client doing the same API writes.
+"""`make bench`: the operator against a plain client making the same API writes, on a fresh local
+control plane with KWOK nodes, every scenario interleaved in one run (bench_plain.py says what the
+baseline does). Writes bench/results.json, bench/results.md and two plots.
 
-On a fresh local control plane (KWOK nodes), in one run:
+1. burst: J jobs of 5 pods (chief, ps, 3 workers) applied at once, R rounds: T_operator / T_plain
+   for "all pods exist", and per-job apply -> all its pods (p50, p99);
+2. completion: the last burst round's jobs, Running, their chiefs finish together: chief
+   Succeeded -> job phase Succeeded, and -> its other pods being deleted (p50, p99);
+3. single job on an idle operator: apply -> all 5 pods (p50, p90);
+4. scale: jobs held in steps up to 2,000 jobs / 10,000 pods: the operator's RSS and CPU seconds,
+   a probe job's apply -> pods at each step, no pod missed or made twice;
+5. API cost: the operator's requests per job during the burst, by verb and resource, from the API
+   server's audit log (the operator has a user of its own), against the minimum.
 
-1. latency: `create DistTrainJob` -> all pods of a 5-pod ParameterServer job exist, with the operator
-   running; against a plain client that creates the same Service and 5 pods and writes one status.
-2. throughput: J jobs of 5 pods created at once -> all J*5 pods exist; against the plain client
-   creating the same objects with the same concurrency.
-
-Results (medians and the ratio operator/plain) go to bench-results/results.md. Ratios, not
-seconds, are what to compare across machines.
+Ratios, not seconds, are what to compare across machines: the two sides share the machine's
+noise. `--quick` is the same at a size that runs in under 5 minutes.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, config
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 sys.path.insert(0, str(REPO / "operator"))
-from disttrain.desired import job_pod, supporting_objects  # noqa: E402
-from disttrain.objects import JobRef  # noqa: E402
-from disttrain.pods import desired_pod_keys  # noqa: E402
-from disttrain.spec import parse_spec  # noqa: E402
+from bench_observe import (  # noqa: E402
+    AuditLog,
+    Timeline,
+    gather_limited,
+    process_usage,
+    start_watches,
+    until,
+)
+from bench_plain import PlainClient  # noqa: E402
+from bench_report import write_results  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
-RESULTS = REPO / "bench-results" / "results.md"
+RESULTS = REPO / "bench"
+OPERATOR_USER, PLAIN_USER = "disttrain-operator", "disttrain-plain"
+PODS_PER_JOB = 5
+
+
+@dataclass(frozen=True)
+class Size:
+    burst_jobs: int
+    burst_rounds: int
+    single_runs: int
+    scale_steps: tuple[int, ...]  # jobs held at each step
+    nodes: int
+
+
+FULL = Size(burst_jobs=200, burst_rounds=3, single_runs=20, scale_steps=(500, 1000, 1500, 2000), nodes=14)
+QUICK = Size(burst_jobs=60, burst_rounds=1, single_runs=6, scale_steps=(100, 200), nodes=4)
 
 
 def job_manifest(name: str) -> dict[str, Any]:
+    """A ParameterServer-shaped job. No resource requests: KWOK nodes hold 1,000 pods each and the
+    scheduler's fit for CPU is not what is measured."""
     def replica(n: int) -> dict[str, Any]:
         return {"replicas": n, "restartPolicy": "ExitCode",
-                "template": {"spec": {"containers": [{"name": "tf", "image": "tf",
-                                                      "resources": {"limits": {"cpu": "1"}}}]}}}
+                "template": {"spec": {"containers": [{"name": "tf", "image": "tf"}]}}}
     return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob", "metadata": {"name": name},
             "spec": {"tensorflow": {"chief": replica(1), "ps": replica(1), "worker": replica(3)}}}
 
 
-async def wait_pods(core: Any, ns: str, count: int, timeout: float = 600) -> float:
-    """Seconds (monotonic clock) when `count` pods exist in `ns`. A watch can end early (the
-    server closes it, or the client's read times out): then list again and watch on."""
-    deadline = time.monotonic() + timeout
-    seen: set[str] = set()
-    while time.monotonic() < deadline:
-        listed = await core.list_namespaced_pod(ns)
-        seen |= {p.metadata.name for p in listed.items}
-        if len(seen) >= count:
-            return time.monotonic()
-        w = watch.Watch()
-        async with w.stream(core.list_namespaced_pod, ns, resource_version=listed.metadata.resource_version,
-                            timeout_seconds=60) as stream:
-            async for event in stream:
-                if event["type"] == "ADDED":
-                    seen.add(event["object"].metadata.name)
-                    if len(seen) >= count:
-                        return time.monotonic()
-    raise TimeoutError(f"only {len(seen)}/{count} pods in {ns}")
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-async def fresh_namespace(core: Any, prefix: str, pods: int) -> tuple[str, asyncio.Task[float]]:
-    """A new namespace, ready for pods, and a task that returns when `pods` pods exist in it."""
-    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    await core.create_namespace({"metadata": {"name": ns}})
-    await wait_sa(core, ns)
-    waiter = asyncio.create_task(wait_pods(core, ns, pods))
-    await asyncio.sleep(0.2)  # the watch is open before the first write
-    return ns, waiter
+@dataclass
+class Bench:
+    admin: Any  # ApiClient as the admin: the "user" applying jobs, and the bench's watches
+    plain: PlainClient
+    operator_pid: int
+    audit: AuditLog
+    timeline: Timeline = field(default_factory=Timeline)
+    results: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def core(self) -> Any:
+        return client.CoreV1Api(self.admin)
+
+    @property
+    def custom(self) -> Any:
+        return client.CustomObjectsApi(self.admin)
+
+    async def namespace(self, prefix: str) -> str:
+        ns = f"{prefix}-{uuid.uuid4().hex[:5]}"
+        await self.core.create_namespace({"metadata": {"name": ns}})
+        for _ in range(300):  # pods can't be created before the namespace's ServiceAccount exists
+            if (await self.core.list_namespaced_service_account(ns)).items:
+                break
+            await asyncio.sleep(0.1)
+        return ns
+
+    async def drop(self, ns: str) -> None:
+        await self.core.delete_namespace(ns)
+        await until_gone(self.core, ns)
+
+    async def apply(self, ns: str, name: str) -> None:
+        await self.custom.create_namespaced_custom_object("disttrain.dev", "v1", ns, "disttrainjobs",
+                                                          job_manifest(name))
+
+    async def submit(self, side: str, ns: str, names: list[str], limit: int = 200) -> dict[str, float]:
+        """Apply `names` at once (up to `limit` requests in flight); the time each was sent."""
+        sent: dict[str, float] = {}
+
+        def one(name: str) -> Any:
+            async def go() -> None:
+                sent[name] = time.monotonic()
+                await (self.apply(ns, name) if side == "operator" else self.plain.submit(ns, name))
+            return go
+        await gather_limited(limit, [one(n) for n in names])
+        return sent
+
+    async def until_pods_of(self, job: tuple[str, str]) -> None:
+        await until(lambda: self.timeline.job_pods_complete(job, PODS_PER_JOB) is not None, 120, f"pods of {job}")
+
+    async def all_pods(self, ns: str, count: int, timeout: float = 900) -> float:
+        return await until(lambda: self.timeline.pods_in(ns) >= count, timeout, f"{count} pods in {ns}")
+
+    def per_job(self, ns: str, sent: dict[str, float]) -> list[float]:
+        out = []
+        for name, t in sent.items():
+            done = self.timeline.job_pods_complete((ns, name), PODS_PER_JOB)
+            assert done is not None, f"{ns}/{name} has not all its pods"
+            out.append(done - t)
+        return out
+
+    # -- scenarios -------------------------------------------------------------------------------
+
+    async def burst(self, jobs: int, rounds: int) -> tuple[str, str]:
+        """Returns the last round's namespaces (operator, plain): their jobs are kept for completion."""
+        totals: dict[str, list[float]] = {"operator": [], "plain": []}
+        per_job: dict[str, list[float]] = {"operator": [], "plain": []}
+        curves: dict[str, list[float]] = {}
+        kept: dict[str, str] = {}
+        for r in range(rounds):
+            for side in ("operator", "plain"):  # interleaved: drift in the machine's load hits both
+                ns = await self.namespace(f"burst-{side[:2]}")
+                self.audit.mark()
+                names = [f"job-{i}" for i in range(jobs)]
+                start = time.monotonic()
+                sent = await self.submit(side, ns, names)
+                end = await self.all_pods(ns, jobs * PODS_PER_JOB)
+                totals[side].append(end - start)
+                per_job[side] += self.per_job(ns, sent)
+                curves[side] = sorted(t - start for (n, _), t in self.timeline.pod_added.items() if n == ns)
+                if side == "operator":
+                    await self.until_phase(ns, names, "Running")
+                    await asyncio.sleep(2.5)  # the audit log is written in batches of up to 1 s
+                    self.results.setdefault("api_cost_rounds", []).append(self.audit.since_mark(OPERATOR_USER))
+                    dups = self.timeline.duplicates(ns)
+                    assert not dups, f"pods made twice: {dups[:5]}"
+                print(f"  burst round {r + 1}/{rounds} {side}: {end - start:.2f} s for {jobs * PODS_PER_JOB} pods",
+                      flush=True)
+                if r == rounds - 1:
+                    kept[side] = ns
+                else:
+                    await self.drop(ns)
+        op, plain = statistics.median(totals["operator"]), statistics.median(totals["plain"])
+        self.results["burst"] = {
+            "jobs": jobs, "pods": jobs * PODS_PER_JOB, "rounds": rounds,
+            "operator_s": totals["operator"], "plain_s": totals["plain"], "ratio": op / plain,
+            "per_job_operator": {"p50": pct(per_job["operator"], 0.5), "p99": pct(per_job["operator"], 0.99)},
+            "per_job_plain": {"p50": pct(per_job["plain"], 0.5), "p99": pct(per_job["plain"], 0.99)},
+            "curves": curves,
+        }
+        return kept["operator"], kept["plain"]
+
+    async def completion(self, op_ns: str, plain_ns: str, jobs: int) -> None:
+        from kwokpods import EXIT_CODE_ANNOTATION
+
+        names = [f"job-{i}" for i in range(jobs)]
+        out: dict[str, Any] = {"jobs": jobs}
+        for side, ns in (("operator", op_ns), ("plain", plain_ns)):
+            await self.until_running(ns, jobs * PODS_PER_JOB)
+            stop = asyncio.Event()
+            responder = (asyncio.create_task(self.plain.finish_when_chief_done(ns, jobs, stop))
+                         if side == "plain" else None)
+            await asyncio.sleep(1.0 if responder else 0)  # its watch is open
+            await gather_limited(64, [self.finisher(ns, f"{n}-chief-0", EXIT_CODE_ANNOTATION) for n in names])
+            done = "Succeeded"
+            await self.until_phase(ns, names, done)
+            others = [f"{t}-{i}" for t, count in (("ps", 1), ("worker", 3)) for i in range(count)]
+            gone = [(ns, f"{n}-{o}") for n in names for o in others]
+            await self.until_deleting(gone)
+            if responder:
+                stop.set()
+                await responder
+            to_phase, to_deleted = [], []
+            for n in names:
+                chief_done = self.timeline.pod_succeeded[(ns, f"{n}-chief-0")]
+                to_phase.append(self.timeline.phase_seen[(ns, n)][done] - chief_done)
+                to_deleted.append(max(self.timeline.pod_deleting[(ns, f"{n}-{o}")] for o in others) - chief_done)
+            out[side] = {"to_succeeded": {"p50": pct(to_phase, 0.5), "p99": pct(to_phase, 0.99)},
+                         "to_pods_deleted": {"p50": pct(to_deleted, 0.5), "p99": pct(to_deleted, 0.99)}}
+            print(f"  completion {side}: p99 chief done -> Succeeded {out[side]['to_succeeded']['p99']:.3f} s",
+                  flush=True)
+        self.results["completion"] = out
+        await asyncio.gather(self.drop(op_ns), self.drop(plain_ns))
+
+    def finisher(self, ns: str, pod: str, annotation: str) -> Any:
+        async def go() -> None:
+            await self.core.patch_namespaced_pod(pod, ns, {"metadata": {"annotations": {annotation: "0"}}})
+        return go
+
+    async def until_phase(self, ns: str, names: list[str], phase: str) -> None:
+        keys = [(ns, n) for n in names]
+        await until(lambda: all(phase in self.timeline.phase_seen.get(k, {}) for k in keys), 120,
+                    f"jobs {phase} in {ns}")
+
+    async def until_deleting(self, keys: list[tuple[str, str]]) -> None:
+        await until(lambda: all(k in self.timeline.pod_deleting for k in keys), 300, "pods deleted")
+
+    def pods_running(self, ns: str) -> int:
+        return self.timeline.running.get(ns, 0)
+
+    async def until_running(self, ns: str, count: int) -> None:
+        await until(lambda: self.pods_running(ns) >= count, 600, f"{count} pods Running in {ns}")
+
+    async def single(self, runs: int) -> None:
+        lat: dict[str, list[float]] = {"operator": [], "plain": []}
+        spaces = {side: await self.namespace(f"single-{side[:2]}") for side in lat}
+        for i in range(runs):
+            for side, ns in spaces.items():
+                await asyncio.sleep(0.5)  # idle: nothing else in flight
+                sent = await self.submit(side, ns, [f"one-{i}"])
+                await self.all_pods(ns, (i + 1) * PODS_PER_JOB, 60)
+                lat[side] += self.per_job(ns, sent)
+        self.results["single"] = {side: {"p50": pct(v, 0.5), "p90": pct(v, 0.9), "runs": runs}
+                                  for side, v in lat.items()}
+        print(f"  single job: operator p50 {self.results['single']['operator']['p50'] * 1000:.0f} ms, "
+              f"plain p50 {self.results['single']['plain']['p50'] * 1000:.0f} ms", flush=True)
+        await asyncio.gather(*(self.drop(ns) for ns in spaces.values()))
+
+    async def scale(self, steps: tuple[int, ...]) -> None:
+        ns = await self.namespace("scale")
+        probes = {side: await self.namespace(f"probe-{side[:2]}") for side in ("operator", "plain")}
+        held, points = 0, []
+        idle = process_usage(self.operator_pid)
+        for step in steps:
+            before = process_usage(self.operator_pid)
+            await self.submit("operator", ns, [f"s-{i}" for i in range(held, step)], limit=64)
+            await self.all_pods(ns, step * PODS_PER_JOB, 1200)
+            await self.until_running(ns, step * PODS_PER_JOB)
+            await asyncio.sleep(3)
+            after = process_usage(self.operator_pid)
+            probe: dict[str, list[float]] = {"operator": [], "plain": []}
+            for p in range(3):
+                for side, pns in probes.items():
+                    name = f"p{step}-{p}"
+                    sent = await self.submit(side, pns, [name])
+                    await self.until_pods_of((pns, name))
+                    probe[side] += self.per_job(pns, sent)
+            dups = self.timeline.duplicates(ns)
+            assert not dups, f"pods made twice: {dups[:5]}"
+            assert self.timeline.pods_in(ns) == step * PODS_PER_JOB
+            point = {"jobs": step, "pods": step * PODS_PER_JOB, "rss_mb": after.rss_bytes / 2**20,
+                     "cpu_s": after.cpu_seconds - idle.cpu_seconds,
+                     "cpu_s_per_1000_pods": (after.cpu_seconds - before.cpu_seconds) * 1000
+                                            / ((step - held) * PODS_PER_JOB),
+                     "probe_operator_s": statistics.median(probe["operator"]),
+                     "probe_plain_s": statistics.median(probe["plain"])}
+            points.append(point)
+            held = step
+            print(f"  scale {point['pods']} pods: RSS {point['rss_mb']:.0f} MB, "
+                  f"{point['cpu_s_per_1000_pods']:.1f} CPU s/1000 pods, probe {point['probe_operator_s']:.3f} s "
+                  f"(plain {point['probe_plain_s']:.3f} s)", flush=True)
+        self.results["scale"] = {"points": points, "missed_or_duplicated_pods": 0}
 
 
-async def operator_run(api: client.ApiClient, jobs: int) -> float:
-    # Plain dicts as bodies, as the operator sends them (see kube.py): the clients are Any.
-    core: Any = client.CoreV1Api(api)
-    custom: Any = client.CustomObjectsApi(api)
-    ns, waiter = await fresh_namespace(core, "bench-op", jobs * 5)
-    start = time.monotonic()
-    await asyncio.gather(*(custom.create_namespaced_custom_object("disttrain.dev", "v1", ns, "disttrainjobs",
-                                                                  job_manifest(f"job-{i}")) for i in range(jobs)))
-    done = await waiter
-    await core.delete_namespace(ns)
-    return done - start
+async def until_gone(core: Any, ns: str) -> None:
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    for _ in range(1200):
+        try:
+            await core.read_namespace(ns)
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        await asyncio.sleep(0.25)
 
 
-async def plain_run(api: client.ApiClient, jobs: int, concurrency: int = 32) -> float:
-    """The same API writes the operator makes, from a plain client: per job, create the job
-    object, its Service and 5 pods, and write its status once."""
-    core: Any = client.CoreV1Api(api)
-    ns, waiter = await fresh_namespace(core, "bench-plain", jobs * 5)
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(i: int) -> None:
-        # One object create standing for the job, its Service and 5 pods as the operator builds them,
-        # and one patch standing for the status write. A ConfigMap stands for the job so the running
-        # operator has nothing to do during this half of the run.
-        name = f"plain-{i}"
-        async with gate:
-            created = await core.create_namespaced_config_map(ns, {"metadata": {"name": name}})
-        ref = JobRef(name, ns, created.metadata.uid)
-        spec = parse_spec(job_manifest(name)["spec"])
-        service = supporting_objects(ref, spec, None)[0]
-        pods = [job_pod(ref, spec, k) for k in desired_pod_keys(spec)]
-        for obj in (service, *pods):
-            obj["metadata"].pop("ownerReferences")
-        async with gate:
-            await core.create_namespaced_service(ns, service)
-        async with gate:
-            await asyncio.gather(*(core.create_namespaced_pod(ns, p) for p in pods))
-        async with gate:
-            await core.patch_namespaced_config_map(name, ns, {"data": {"phase": "Pending"}})
-
-    start = time.monotonic()
-    await asyncio.gather(*(one(i) for i in range(jobs)))
-    done = await waiter
-    await core.delete_namespace(ns)
-    return done - start
-
-
-async def wait_sa(core: Any, ns: str) -> None:
-    for _ in range(300):
-        if (await core.list_namespaced_service_account(ns)).items:
-            return
-        await asyncio.sleep(0.1)
-
-
-async def bench(kubeconfig: Path, rounds: int, jobs: int) -> dict[str, Any]:
+async def api_client(kubeconfig: Path) -> Any:
     cfg = client.Configuration()
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     cfg.connection_pool_maxsize = 64
-    async with client.ApiClient(cfg) as api:
-        results: dict[str, Any] = {}
-        for label, count, n in (("latency (1 job, 5 pods)", 1, rounds), (f"throughput ({jobs} jobs, {jobs * 5} pods)",
-                                                                         jobs, max(1, rounds // 3))):
-            op, plain = [], []
-            for _ in range(n):  # interleaved, so drift in the machine's load hits both alike
-                op.append(await operator_run(api, count))
-                plain.append(await plain_run(api, count))
-            results[label] = {"operator_s": statistics.median(op), "plain_s": statistics.median(plain),
-                              "ratio": statistics.median(op) / statistics.median(plain), "runs": n}
-        return results
+    return client.ApiClient(cfg)
+
+
+async def run(cluster: LocalCluster, operator_pid: int, size: Size) -> dict[str, Any]:
+    admin = await api_client(cluster.kubeconfig)
+    plain_api = await api_client(cluster.user_kubeconfig(PLAIN_USER, ["system:masters"]))
+    bench = Bench(admin, PlainClient(plain_api, job_manifest("x")), operator_pid,
+                  AuditLog(cluster.root / "audit.log"))
+    stop = asyncio.Event()
+    watches = start_watches(admin, bench.timeline, stop)
+    try:
+        await asyncio.sleep(3)
+        idle = process_usage(operator_pid)
+        bench.results["idle"] = {"rss_mb": idle.rss_bytes / 2**20}
+        print(f"operator idle: RSS {idle.rss_bytes / 2**20:.0f} MB", flush=True)
+        print(f"single job, {size.single_runs} runs each side", flush=True)
+        await bench.single(size.single_runs)
+        print(f"burst: {size.burst_jobs} jobs x {PODS_PER_JOB} pods, {size.burst_rounds} rounds", flush=True)
+        op_ns, plain_ns = await bench.burst(size.burst_jobs, size.burst_rounds)
+        print("completion", flush=True)
+        await bench.completion(op_ns, plain_ns, size.burst_jobs)
+        print(f"scale: {' -> '.join(str(s * PODS_PER_JOB) for s in size.scale_steps)} pods held", flush=True)
+        await bench.scale(size.scale_steps)
+    finally:
+        stop.set()
+        for task in watches:
+            task.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+        await admin.close()
+        await plain_api.close()
+    return bench.results
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="the same scenarios, small: under 5 minutes")
+    parser.add_argument("--profile", action="store_true",
+                        help="record the operator with py-spy (pip install py-spy) into bench/profile.txt")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    size = QUICK if args.quick else FULL
+    started = time.monotonic()
     root = REPO / ".cache" / "bench-cluster"
-    with LocalCluster(root=root, nodes=4, gang_schedulers=False, kueue=False) as cluster:
-        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    with LocalCluster(root=root, nodes=size.nodes, gang_schedulers=False, kueue=False,
+                      audit_users=(OPERATOR_USER, PLAIN_USER)) as cluster:
         kubectl = str(REPO / ".cache" / "bin" / "kubectl")
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
         crd = str(REPO / "crds" / "disttrainjobs.disttrain.dev.yaml")
         subprocess.run([kubectl, "apply", "--server-side", "-f", crd], env=env, check=True, capture_output=True)
-        time.sleep(2)
+        for _ in range(60):
+            established = subprocess.run([kubectl, "wait", "--for=condition=Established", "--timeout=10s",
+                                          "crd/disttrainjobs.disttrain.dev"], env=env, capture_output=True)
+            if established.returncode == 0:
+                break
+            time.sleep(0.5)
+        op_env = {**env, "KUBECONFIG": str(cluster.user_kubeconfig(OPERATOR_USER, ["system:masters"]))}
         log = open(root / "operator.log", "wb")  # noqa: SIM115 - the child writes to it
-        operator = subprocess.Popen([sys.executable, "-m", "disttrain", "run"], env=env, stdout=log,
-                                    stderr=subprocess.STDOUT)
+        operator = subprocess.Popen([sys.executable, "-m", "disttrain", "run"], env=op_env, stdout=log,
+                                    stderr=subprocess.STDOUT, cwd=REPO / "operator")
+        profiler = None
+        if args.profile:
+            args.out.mkdir(exist_ok=True)
+            profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid",
+                                         str(operator.pid), "--format", "raw", "--rate", "50", "--nonblocking",
+                                         "-o", str(args.out / "profile.raw")], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
         try:
-            time.sleep(3)
-            results = asyncio.run(bench(cluster.kubeconfig, args.rounds, args.jobs))
+            results = asyncio.run(run(cluster, operator.pid, size))
         finally:
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)  # py-spy writes its file on an interrupt
+                profiler.wait(timeout=60)
             operator.terminate()
             operator.wait(timeout=10)
-    RESULTS.parent.mkdir(exist_ok=True)
-    lines = ["# disttrain benchmark", "",
-             f"Local control plane (KWOK), {os.cpu_count()} CPUs; medians of interleaved runs.",
-             "", "| measure | operator (s) | plain client (s) | ratio | runs |", "| --- | --- | --- | --- | --- |"]
-    for label, r in results.items():
-        lines.append(f"| {label} | {r['operator_s']:.3f} | {r['plain_s']:.3f} | {r['ratio']:.2f}x | {r['runs']} |")
-    RESULTS.write_text("\n".join(lines) + "\n\n```json\n" + json.dumps(results, indent=2) + "\n```\n")
-    print(RESULTS.read_text())
+    results["machine"] = {"cpus": os.cpu_count(), "size": "quick" if args.quick else "full",
+                          "minutes": (time.monotonic() - started) / 60}
+    write_results(args.out, results)
+    print((args.out / "results.md").read_text())
     return 0
 
 

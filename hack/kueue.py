@@ -23,26 +23,15 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Protocol
 
 import yaml
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 import pki
-from gangschedulers import install_crds
+from gangschedulers import Plane, install_crds
 from ports import free_port
 
 NAMESPACE = "kueue-system"
-
-
-class Plane(Protocol):
-    root: Path
-
-    @property
-    def kubeconfig(self) -> Path: ...
-    def spawn(self, name: str, argv: list[str]) -> None: ...
-    def api(self, method: str, path: str, body: Any = None, *, allow_missing: bool = False,
-            content_type: str = "application/json") -> Any: ...
 
 
 def available(bin_dir: Path) -> bool:

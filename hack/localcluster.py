@@ -25,14 +25,17 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
 import gangschedulers
 import kueue
 import realnode
-from pki import kubeconfig_text, write_pki
+from pki import issue, kubeconfig_text, subject, write_pki
 from ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,6 +73,9 @@ class LocalCluster:
     # scheduler-plugins' and Volcano's schedulers beside the default one (hack/gangschedulers.py)
     gang_schedulers: bool = True
     kueue: bool = True  # Kueue's controller (hack/kueue.py; needs root: it runs in a mount namespace)
+    # The API server's audit log (<root>/audit.log, one JSON event per request at Metadata level)
+    # for these users only: what one client did, told apart from every component sharing admin.
+    audit_users: tuple[str, ...] = ()
     processes: dict[str, int] = field(default_factory=dict)
     # The children this object started, kept so they are reaped (and Python doesn't warn).
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -226,10 +232,31 @@ class LocalCluster:
             # `kubectl logs` and `exec`: to the kubelet by address, with the admin's cert.
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
+            *self._audit_flags(),
             "--v=1",
         ])
         ctx = self._ssl_context(pki)
         _wait_http(f"{self.server}/readyz", deadline, "kube-apiserver", ctx)
+
+    def _audit_flags(self) -> list[str]:
+        if not self.audit_users:
+            return []
+        policy = self.root / "audit-policy.yaml"
+        policy.write_text(json.dumps({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata", "users": list(self.audit_users)}, {"level": "None"}]}))
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.root / 'audit.log'}",
+                "--audit-log-maxsize=0", "--audit-log-mode=batch", "--audit-log-batch-max-wait=1s"]
+
+    def user_kubeconfig(self, user: str, groups: Sequence[str] = ()) -> Path:
+        """A kubeconfig for a client cert of its own (`groups`: system:masters for all rights), so
+        the audit log tells this client's requests from the admin's."""
+        pki = self.root / "pki"
+        issue(pki, user, subject(user, *groups[:1]), usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
+        path = self.root / f"{user}.kubeconfig"
+        path.write_text(kubeconfig_text(self.server, pki, user))
+        path.chmod(0o600)
+        return path
 
     def _start_controllers(self, pki: Path) -> None:
         kc = str(self.kubeconfig)

@@ -13,16 +13,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from enum import Enum
 from typing import Any, Protocol
 
-from disttrain import metrics, mpi
+from disttrain import metrics, mpi, status_writes
 from disttrain.clock import Clock, SystemClock
 from disttrain.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from disttrain.expectations import Expectations
 from disttrain.groups import Groups
 from disttrain.kube import Conflict, Invalid
-from disttrain.objects import JobRef, PodKey, is_controlled_by, is_from_earlier_job
+from disttrain.objects import JobRef, Ownership, PodKey, not_owned_message, ownership
 from disttrain.observed import ObservedPod
 from disttrain.passes import JobState
 from disttrain.plan import Event, Plan
@@ -43,8 +42,6 @@ WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
 # How soon to look again at a name an earlier job's object still holds (we don't watch Services,
 # ConfigMaps or Secrets; garbage collection removes them within seconds).
 RETRY_TAKEN_NAME_SECONDS = 1.0
-
-
 class KubeAPI(Protocol):
     """The API writes the controller makes (`disttrain.kube.Kube`; an in-memory fake in tests)."""
 
@@ -65,12 +62,6 @@ class KubeAPI(Protocol):
     async def close(self) -> None: ...
 
 
-class Ownership(Enum):
-    OURS = "ours"
-    WAIT = "wait"  # an earlier job's object, or one on its way out: garbage collection is removing it
-    FOREIGN = "foreign"  # something else's: the job can't run under this name
-
-
 class Controller:
     def __init__(self, kube: KubeAPI, workers: int = 16, create_concurrency: int = 32,
                  clock: Clock | None = None) -> None:
@@ -82,6 +73,7 @@ class Controller:
         self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
         self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
         self.uids: dict[JobKey, str] = {}
+        self.statuses: dict[JobKey, status_writes.WrittenStatus] = {}
         self.groups = Groups(kube, self.clock)
         self.queues = Queues(kube, self.clock)
         self._creates = asyncio.Semaphore(create_concurrency)
@@ -109,6 +101,7 @@ class Controller:
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return None
+        body = status_writes.with_own_status(self.statuses.get(key), body)
         ref = JobRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
         if self.uids.get(key) not in (None, ref.uid):
             self._forget(key)  # deleted and made again under the same name
@@ -139,6 +132,7 @@ class Controller:
     def _forget(self, key: JobKey) -> None:
         """The job is gone: drop everything remembered for it."""
         self.expectations.pop(key, None)
+        self.statuses.pop(key, None)
         self.queue.forget(key)
         uid = self.uids.pop(key, None)
         if uid is not None:
@@ -158,14 +152,8 @@ class Controller:
 
     async def _apply(self, key: JobKey, ref: JobRef, framework: str, body: Mapping[str, Any],
                      plan: Plan) -> float | None:
-        if plan.status != (body.get("status") or {}):
-            try:
-                await self.kube.patch_job_status(ref.namespace, ref.name, plan.status,
-                                                 body["metadata"].get("resourceVersion"))
-            except Conflict:
-                # The index hasn't caught up with our last write (or someone else's): its watch
-                # event re-queues the job; the timer is a safety net.
-                return 1.0
+        if not await self._write_status(key, ref, body, plan):
+            return 1.0  # someone else wrote the job meanwhile: its event re-queues it (the timer: a safety net)
         exp = self._expectations(key, ref)
         for pod in plan.delete:
             exp.expect_deleted(pod.uid)
@@ -196,6 +184,23 @@ class Controller:
         if wait:
             plan.requeue_within(RETRY_TAKEN_NAME_SECONDS)
         return plan.requeue_after
+
+    async def _write_status(self, key: JobKey, ref: JobRef, body: Mapping[str, Any], plan: Plan) -> bool:
+        """The plan's status, unless unchanged or only progress just after a write (status_writes)."""
+        current, now = body.get("status") or {}, self.clock.monotonic()
+        wait = status_writes.progress_wait(self.statuses.get(key), current, plan.status, now)
+        if wait is not None:
+            plan.requeue_within(wait)
+        if wait is not None or plan.status == current:
+            return True
+        rv = body["metadata"].get("resourceVersion")
+        try:
+            written = await self.kube.patch_job_status(ref.namespace, ref.name, plan.status, rv)
+        except Conflict:
+            self.statuses.pop(key, None)
+            return False
+        self.statuses[key] = status_writes.WrittenStatus(rv or "", status_writes.version(written), plan.status, now)
+        return True
 
     async def _create_all(self, exp: Expectations, ref: JobRef, framework: str,
                           objects: list[dict[str, Any]]) -> tuple[tuple[Reason, str] | None, bool]:
@@ -270,6 +275,7 @@ class Controller:
         now = timestamp(self.clock.now())
         new = enter_phase(current, Phase.FAILED, reason, message, now)
         new["completionTime"] = now
+        self.statuses.pop((ref.namespace, ref.name), None)
         await self.kube.patch_job_status(ref.namespace, ref.name, new, None)
         await self._event(ref, Event("Warning", reason, message))
         metrics.count_transition(reason)
@@ -279,16 +285,3 @@ class Controller:
             await self.kube.post_event(ref.namespace, ref.name, ref.uid, event.type, event.reason, event.message)
         except Exception:  # an event lost must never stop the job
             log.warning("could not post event %s for %s/%s", event.reason, ref.namespace, ref.name, exc_info=True)
-
-
-def ownership(ref: JobRef, meta: Mapping[str, Any] | None) -> Ownership:
-    """Who holds a name our create found taken. Gone by now (None), on its way out, or an earlier
-    job's: wait for garbage collection. Ours: fine (our index or memory lagged)."""
-    if meta is None or meta.get("deletionTimestamp") or is_from_earlier_job(meta, ref):
-        return Ownership.WAIT
-    return Ownership.OURS if is_controlled_by(meta, ref) else Ownership.FOREIGN
-
-
-def not_owned_message(ref: JobRef, obj: Mapping[str, Any]) -> str:
-    return (f"{obj['kind']} {ref.namespace}/{obj['metadata']['name']} already exists and is not controlled by "
-            f"this DistTrainJob; delete it or give the job another name")

@@ -10,6 +10,7 @@ from typing import Any
 
 import kopf
 
+from disttrain import metrics
 from disttrain.constants import GROUP, JOB_NAME_LABEL, KIND, PLURAL, VERSION
 from disttrain.controller import Controller, JobKey
 from disttrain.kube import Kube, new_api_client
@@ -26,9 +27,25 @@ def controlled_by_its_job(body: kopf.Body, **_: Any) -> bool:
             and ref.get("name") == (body.get("metadata", {}).get("labels") or {}).get(JOB_NAME_LABEL))
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No diff-base: we register no change-detecting handler, yet kopf builds one (a deep copy of
+    the body) for every event and diffs it with the last. Profiled in `make bench --profile`: 8% of
+    the operator's CPU in a burst, for nothing."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        return None
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        return None
+
+
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.WARNING
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.networking.request_timeout = 60
@@ -44,15 +61,19 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         await controller.stop()
 
 
+# The indexers are async: kopf runs a sync handler in a thread pool (a thread hop, a context copy
+# and a shielded future per event: 18% of the operator's CPU in a burst, profiled); an async one
+# runs inline on the loop.
 @kopf.index(GROUP, VERSION, PLURAL)
-def jobs_by_key(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[JobKey, dict[str, Any]]:
+async def jobs_by_key(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[JobKey, dict[str, Any]]:
     # A plain copy: kopf's Body is a live view of the latest event.
     return {(namespace, name): {"metadata": dict(body.metadata), "spec": dict(body.spec),
                                 "status": dict(body.status)}}
 
 
 @kopf.index("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=controlled_by_its_job)
-def pods_by_job(namespace: str, labels: Mapping[str, str], body: kopf.Body, **_: Any) -> dict[JobKey, ObservedPod]:
+async def pods_by_job(namespace: str, labels: Mapping[str, str], body: kopf.Body,
+                      **_: Any) -> dict[JobKey, ObservedPod]:
     return {(namespace, labels[JOB_NAME_LABEL]): observe_pod(body)}
 
 
@@ -62,7 +83,7 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2", "workloads")
 
 
 @kopf.index(*KUEUE, labels={JOB_NAME_LABEL: kopf.PRESENT})
-def workloads_by_job(namespace: str, labels: Mapping[str, str], body: kopf.Body,
+async def workloads_by_job(namespace: str, labels: Mapping[str, str], body: kopf.Body,
                      **_: Any) -> dict[JobKey, ObservedWorkload]:
     return {(namespace, labels[JOB_NAME_LABEL]): observe_workload(body)}
 
@@ -76,6 +97,7 @@ def _queue(memo: kopf.Memo, key: JobKey, indexes: Mapping[str, kopf.Index[Any, A
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def job_event(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+    metrics.JOB_GAUGES.observe(kwargs.get("type"), kwargs["body"])  # DELETED removes the job's series
     _queue(memo, (namespace, name), kwargs)
 
 

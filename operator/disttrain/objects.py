@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from disttrain.constants import API_VERSION, KIND
@@ -70,3 +71,22 @@ def is_from_earlier_job(meta: Mapping[str, Any], job: JobRef) -> bool:
     ref = controller_of(meta)
     return (ref is not None and ref.get("kind") == KIND and ref.get("name") == job.name
             and ref.get("uid") != job.uid)
+
+
+class Ownership(Enum):
+    OURS = "ours"
+    WAIT = "wait"  # an earlier job's object, or one on its way out: garbage collection is removing it
+    FOREIGN = "foreign"  # something else's: the job can't run under this name
+
+
+def ownership(ref: JobRef, meta: Mapping[str, Any] | None) -> Ownership:
+    """Who holds a name our create found taken. Gone by now (None), on its way out, or an earlier
+    job's: wait for garbage collection. Ours: fine (our index or memory lagged)."""
+    if meta is None or meta.get("deletionTimestamp") or is_from_earlier_job(meta, ref):
+        return Ownership.WAIT
+    return Ownership.OURS if is_controlled_by(meta, ref) else Ownership.FOREIGN
+
+
+def not_owned_message(ref: JobRef, obj: Mapping[str, Any]) -> str:
+    return (f"{obj['kind']} {ref.namespace}/{obj['metadata']['name']} already exists and is not controlled by "
+            f"this DistTrainJob; delete it or give the job another name")

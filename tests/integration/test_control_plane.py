@@ -113,7 +113,7 @@ def test_cluster_down_leaves_no_process(tmp_path: Path) -> None:
     cluster = LocalCluster(root=tmp_path / "plane", nodes=1).up()
     pids = list(cluster.processes.values())
     assert set(cluster.processes) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-                                      "coscheduler", "coscheduling-controller", "vc-scheduler"}
+                                      "coscheduler", "coscheduling-controller", "vc-scheduler", "kueue"}
     cluster.down()
     for pid in pids:
         with pytest.raises(ProcessLookupError):

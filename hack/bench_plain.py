@@ -1,0 +1,89 @@
+"""The benchmark's baseline: a plain async client making the API writes the operator must make
+for the same jobs, built by the operator's own pure builders, with the operator's concurrency
+(16 jobs at once). It is the API server's limit on this machine: the operator can't beat it.
+
+A ConfigMap labelled bench.disttrain.dev/plain stands for each job (the running operator ignores
+it) and carries its phase in `data.phase`, as the job's status would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from bench_observe import PLAIN_LABEL, watch_forever
+from disttrain.constants import REPLICA_TYPE_LABEL
+from disttrain.desired import job_pod, supporting_objects
+from disttrain.objects import JobRef
+from disttrain.pods import desired_pod_keys
+from disttrain.spec import parse_spec
+
+WORKERS = 16  # the operator's default --workers
+
+
+class PlainClient:
+    def __init__(self, api: Any, manifest: Mapping[str, Any]) -> None:
+        from kubernetes_asyncio import client
+
+        self.core: Any = client.CoreV1Api(api)
+        self.api = api
+        self.spec = parse_spec(dict(manifest["spec"]))
+        self.gate = asyncio.Semaphore(WORKERS)
+
+    async def stand_in(self, ns: str, name: str) -> str:
+        """The job object: what a user's `kubectl apply` makes. Returns its UID."""
+        created = await self.core.create_namespaced_config_map(ns, {"metadata": {
+            "name": name, "labels": {PLAIN_LABEL: "true"}}, "data": {"phase": ""}})
+        return str(created.metadata.uid)
+
+    async def start_job(self, ns: str, name: str, uid: str) -> None:
+        """Its Service, its pods (concurrently), and one status write: the minimum for a job whose
+        pods all exist."""
+        ref = JobRef(name, ns, uid)
+        objects = [*supporting_objects(ref, self.spec, None), *(job_pod(ref, self.spec, k)
+                                                                for k in desired_pod_keys(self.spec))]
+        for obj in objects:
+            obj["metadata"].pop("ownerReferences", None)
+        async with self.gate:
+            for obj in objects:
+                if obj["kind"] == "Service":
+                    await self.core.create_namespaced_service(ns, obj)
+            await asyncio.gather(*(self.core.create_namespaced_pod(ns, p) for p in objects if p["kind"] == "Pod"))
+            await self.core.patch_namespaced_config_map(name, ns, {"data": {"phase": "Pending"}})
+
+    async def submit(self, ns: str, name: str) -> None:
+        await self.start_job(ns, name, await self.stand_in(ns, name))
+
+    async def finish_when_chief_done(self, ns: str, jobs: int, stop: asyncio.Event) -> None:
+        """The completion half: watch the namespace's pods; when a job's chief has succeeded, write
+        its phase Succeeded, then delete its other pods (the operator's order and policy)."""
+        done: set[str] = set()
+        running: dict[str, set[str]] = {}
+        pending: list[asyncio.Task[None]] = []
+
+        async def finish(job: str) -> None:
+            async with self.gate:
+                await self.core.patch_namespaced_config_map(job, ns, {"data": {"phase": "Succeeded"}})
+                await asyncio.gather(*(self.core.delete_namespaced_pod(p, ns) for p in running.get(job, ())))
+
+        def on_pod(kind: str, pod: dict[str, Any]) -> None:
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            job = labels.get("disttrain.dev/job-name", "")
+            if labels.get(REPLICA_TYPE_LABEL) != "chief":
+                if kind != "DELETED" and not meta.get("deletionTimestamp"):
+                    running.setdefault(job, set()).add(meta["name"])
+                return
+            if (pod.get("status") or {}).get("phase") == "Succeeded" and job not in done:
+                done.add(job)
+                pending.append(asyncio.create_task(finish(job)))
+
+        watcher = asyncio.create_task(watch_forever(
+            self.api, f"/api/v1/namespaces/{ns}/pods?labelSelector=disttrain.dev/job-name", on_pod, stop))
+        deadline = time.monotonic() + 600
+        while len(done) < jobs and time.monotonic() < deadline and not stop.is_set():
+            await asyncio.sleep(0.05)
+        await asyncio.gather(*pending)
+        watcher.cancel()

@@ -1,0 +1,132 @@
+"""bench/results.json, bench/results.md (a table against the targets) and two plots: pods existing
+over time in a burst (operator vs plain client), and the operator's RSS and CPU against pods held."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+# What the operator must write per job until its pods all exist and it is Running: its Service,
+# 5 pods, and two statuses (Pending with Created, then Running). Events are reported beside it.
+MINIMUM = {"create services": 1, "create pods": 5, "patch disttrainjobs/status": 2}
+
+
+def api_cost(rounds: list[Counter[str]], jobs: int) -> dict[str, Any]:
+    per_job: dict[str, float] = {}
+    for key in sorted({k for r in rounds for k in r}):
+        per_job[key] = statistics.median(r.get(key, 0) for r in rounds) / jobs
+    writes = sum(v for k, v in per_job.items() if k.split()[0] in ("create", "patch", "update", "delete")
+                 and "events" not in k)
+    events = sum(v for k, v in per_job.items() if "events" in k)
+    minimum = sum(MINIMUM.values())
+    return {"per_job": per_job, "writes_per_job": writes, "events_per_job": events, "minimum": minimum,
+            "ratio": writes / minimum, "ratio_with_events": (writes + events) / minimum}
+
+
+def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    b, c, s, a = r["burst"], r["completion"], r["single"], r["api_cost"]
+    top = r["scale"]["points"][-1]
+    rows = [
+        ("burst ratio T_operator / T_plain", "<= 1.15", f"{b['ratio']:.2f}", b["ratio"] <= 1.15),
+        ("burst per-job p99 vs plain's p99", "<= 1.3x",
+         f"{b['per_job_operator']['p99'] / b['per_job_plain']['p99']:.2f}x",
+         b["per_job_operator"]["p99"] <= 1.3 * b["per_job_plain"]["p99"]),
+        ("completion p99 chief done -> Succeeded", "<= 0.5 s", f"{c['operator']['to_succeeded']['p99']:.3f} s",
+         c["operator"]["to_succeeded"]["p99"] <= 0.5),
+        ("single job p50 apply -> pods", "<= 50 ms", f"{s['operator']['p50'] * 1000:.0f} ms",
+         s["operator"]["p50"] <= 0.05),
+        (f"RSS holding {top['pods']:,} pods", "<= 160 MB (at 10,000)", f"{top['rss_mb']:.0f} MB",
+         top["rss_mb"] <= 160 or top["pods"] < 10000),
+        ("API writes per job vs minimum", "<= 1.2x", f"{a['ratio']:.2f}x (with events {a['ratio_with_events']:.2f}x)",
+         a["ratio"] <= 1.2),
+    ]
+    return rows
+
+
+def write_results(out: Path, results: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rounds = [Counter(r) for r in results.pop("api_cost_rounds", [])]
+    results["api_cost"] = api_cost(rounds, results["burst"]["jobs"])
+    curves = results["burst"].pop("curves", {})
+    points = results["scale"]["points"]
+    if len(points) >= 2:
+        first, last = points[0], points[-1]
+        results["scale"]["bytes_per_pod"] = (last["rss_mb"] - first["rss_mb"]) * 2**20 / (last["pods"] - first["pods"])
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    plots = _plot(out, curves, points)
+
+    b, c, s = results["burst"], results["completion"], results["single"]
+    m = results["machine"]
+    lines = [
+        "# disttrain benchmark", "",
+        f"`make bench{' -- --quick' if m['size'] == 'quick' else ''}` on the local control plane (KWOK nodes), "
+        f"{m['cpus']} CPUs, {m['minutes']:.1f} minutes. The baseline is a plain async client making the API "
+        "writes the operator must make (hack/bench_plain.py), interleaved with the operator in one run.", "",
+        "## Against the targets", "", "| measure | target | measured | met |", "| --- | --- | --- | --- |",
+        *(f"| {name} | {target} | {value} | {'yes' if ok else '**no**'} |"
+          for name, target, value, ok in targets(results)),
+        "", "## Burst", "",
+        f"{b['jobs']} jobs x 5 pods applied at once, {b['rounds']} rounds.", "",
+        "| side | all pods exist (s, each round) | per-job p50 (s) | per-job p99 (s) |", "| --- | --- | --- | --- |",
+        f"| operator | {', '.join(f'{x:.2f}' for x in b['operator_s'])} | {b['per_job_operator']['p50']:.2f} | "
+        f"{b['per_job_operator']['p99']:.2f} |",
+        f"| plain client | {', '.join(f'{x:.2f}' for x in b['plain_s'])} | {b['per_job_plain']['p50']:.2f} | "
+        f"{b['per_job_plain']['p99']:.2f} |",
+        "", f"Ratio of medians: **{b['ratio']:.2f}**.", "",
+        "## Completion", "", f"{c['jobs']} running jobs, their chiefs finish together.", "",
+        "| side | chief Succeeded -> job Succeeded p50 / p99 (s) | -> other pods deleting p50 / p99 (s) |",
+        "| --- | --- | --- |",
+        *(f"| {side} | {c[side]['to_succeeded']['p50']:.3f} / {c[side]['to_succeeded']['p99']:.3f} | "
+          f"{c[side]['to_pods_deleted']['p50']:.3f} / {c[side]['to_pods_deleted']['p99']:.3f} |"
+          for side in ("operator", "plain")),
+        "", "## Single job (idle)", "", "| side | p50 (ms) | p90 (ms) | runs |", "| --- | --- | --- | --- |",
+        *(f"| {side} | {s[side]['p50'] * 1000:.0f} | {s[side]['p90'] * 1000:.0f} | {s[side]['runs']} |"
+          for side in ("operator", "plain")),
+        "", "## Scale", "", f"Idle RSS {results['idle']['rss_mb']:.0f} MB.", "",
+        "| pods held | RSS (MB) | CPU s per 1,000 pods (this step) | probe apply -> pods (s) | plain probe (s) |",
+        "| --- | --- | --- | --- | --- |",
+        *(f"| {p['pods']:,} | {p['rss_mb']:.0f} | {p['cpu_s_per_1000_pods']:.1f} | {p['probe_operator_s']:.3f} | "
+          f"{p['probe_plain_s']:.3f} |" for p in points),
+        "", f"Memory per pod held: {results['scale'].get('bytes_per_pod', 0):,.0f} bytes; no pod missed or made twice.",
+        "", "## API cost per job (burst, operator's own requests, audit log)", "",
+        "| request | per job |", "| --- | --- |",
+        *(f"| {k} | {v:.2f} |" for k, v in results["api_cost"]["per_job"].items()),
+        "", f"Writes per job {results['api_cost']['writes_per_job']:.2f} against a minimum of "
+            f"{results['api_cost']['minimum']} ({', '.join(f'{k}: {v}' for k, v in MINIMUM.items())}); "
+            f"events {results['api_cost']['events_per_job']:.2f} per job.", "",
+        *(f"![{name}]({name}.png)" for name in plots),
+    ]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+
+
+def _plot(out: Path, curves: dict[str, list[float]], points: list[dict[str, Any]]) -> list[str]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for side, times in curves.items():
+        ax.step(times, range(1, len(times) + 1), where="post", label=side)
+    ax.set_xlabel("seconds since the burst was applied")
+    ax.set_ylabel("pods existing")
+    ax.set_title("Burst: pods existing over time (last round)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "burst.png", dpi=100)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    pods = [p["pods"] for p in points]
+    ax.plot(pods, [p["rss_mb"] for p in points], "o-", label="RSS (MB)")
+    ax.plot(pods, [p["cpu_s"] for p in points], "s-", label="CPU seconds (cumulative)")
+    ax.set_xlabel("pods held")
+    ax.set_title("Scale: operator memory and CPU against pods held")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "scale.png", dpi=100)
+    plt.close(fig)
+    return ["burst", "scale"]

@@ -1,0 +1,55 @@
+"""Fewer status writes, never from a stale read (disttrain/status_writes.py), alone and in the
+controller on the in-memory Kube."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+from test_controller import RUNNING, Harness
+
+from disttrain.status_writes import PROGRESS_WRITE_INTERVAL, WrittenStatus, progress_wait, with_own_status
+from manifests import mwms_job
+
+BODY = {"metadata": {"name": "j", "resourceVersion": "5"}, "spec": {}, "status": {"phase": "Pending"}}
+
+
+def test_the_index_before_our_write_is_read_as_our_write() -> None:
+    written = WrittenStatus("5", "6", {"phase": "Running"}, 100.0)
+    seen = with_own_status(written, BODY)
+    assert seen["status"] == {"phase": "Running"} and seen["metadata"]["resourceVersion"] == "6"
+    newer = {**BODY, "metadata": {"name": "j", "resourceVersion": "7"}}
+    assert with_own_status(written, newer) is newer, "the index has moved on: it is the truth"
+    assert with_own_status(None, BODY) is BODY
+
+
+def test_only_progress_waits_and_only_just_after_a_write() -> None:
+    written = WrittenStatus("5", "6", {}, 100.0)
+    base = {"phase": "Running", "ready": "1/2", "restarts": 0}
+    assert progress_wait(written, base, {**base, "ready": "2/2"}, 100.2) == pytest.approx(PROGRESS_WRITE_INTERVAL - 0.2)
+    assert progress_wait(written, base, {**base, "ready": "2/2"}, 100.0 + PROGRESS_WRITE_INTERVAL) is None
+    assert progress_wait(written, base, {**base, "restarts": 1}, 100.2) is None, "a restart is said at once"
+    assert progress_wait(written, base, {**base, "phase": "Failed"}, 100.2) is None
+    assert progress_wait(None, base, {**base, "ready": "2/2"}, 100.2) is None, "the first write is never held"
+
+
+def test_pods_getting_ready_one_by_one_cost_one_write_after_the_phase() -> None:
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await h.reconcile()
+        h.watch(**RUNNING)
+        await h.reconcile()
+        assert h.status()["phase"] == "Running"
+        writes = len(h.kube.statuses)
+        h.body["status"] = copy.deepcopy(h.status())  # the watch shows our write
+        h.pods[:] = h.kube.observed(phase="Running", conditions=[{"type": "Ready", "status": "False"}])
+        h.clock.advance(0.1)
+        again = await h.reconcile()
+        assert len(h.kube.statuses) == writes, "progress alone, a moment after a write: held back"
+        assert again is not None and again <= PROGRESS_WRITE_INTERVAL
+        h.clock.advance(again)
+        await h.reconcile()
+        assert len(h.kube.statuses) == writes + 1 and h.status()["ready"] == "0/2"
+    asyncio.run(scenario())
+
