@@ -112,9 +112,11 @@ def test_cluster_down_leaves_no_process(tmp_path: Path) -> None:
 
     cluster = LocalCluster(root=tmp_path / "plane", nodes=1).up()
     pids = list(cluster.processes.values())
-    assert set(cluster.processes) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-                                      "coscheduler", "coscheduling-controller", "vc-scheduler", "kueue"}
-    cluster.down()
+    try:
+        assert set(cluster.processes) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                                          "kwok", "coscheduler", "coscheduling-controller", "vc-scheduler", "kueue"}
+    finally:
+        cluster.down()
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
