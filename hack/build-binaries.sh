@@ -36,6 +36,7 @@ if [ ${#missing[@]} -gt 0 ]; then
       *) packages+=("k8s.io/kubernetes/cmd/$cmd") ;;
     esac
   done
+  mkdir -p "$BIN_ROOT"  # a new machine has no .cache/bin yet
   tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
   (cd hack/kube && go build -ldflags "$ldflags" -o "$tmp/" "${packages[@]}")
   mkdir -p "$k8s_dir"
