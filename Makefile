@@ -18,7 +18,7 @@ CLUSTER_DIR := .cache/cluster
 PYTEST_ARGS ?=
 , := ,
 
-.PHONY: all help test lint unit integration e2e venv tf-venv mpi-e2e binaries node images cluster-up cluster-down \
+.PHONY: all help test lint unit integration e2e chaos venv tf-venv mpi-e2e binaries node images cluster-up cluster-down \
         crd demo bench clean
 
 all: test
@@ -81,6 +81,11 @@ e2e: venv binaries node images ## the examples from kubectl apply to Succeeded o
 # cluster (KWOK nodes and a real one).
 test: lint binaries tf-venv mpi-e2e node images ## what CI runs: lint, then every test
 	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests $(PYTEST_ARGS)
+
+# Scenarios whose purpose is to break the operator (tests/chaos): the quick ones run in `make test`
+# too; DISTTRAIN_CHAOS=full adds the long ones (operator SIGKILLs, API server and etcd outages).
+chaos: venv binaries ## the chaos suite on KWOK nodes, long scenarios included (under 20 minutes)
+	DISTTRAIN_CHAOS=full DISTTRAIN_REAL_NODE=0 $(PY) -m pytest tests/chaos $(PYTEST_ARGS)
 
 crd: venv ## regenerate the CRD from a running plane's PodTemplateSpec (make cluster-up first)
 	$(PY) hack/gen_podtemplate_schema.py --kubeconfig $(CLUSTER_DIR)/kubeconfig

@@ -44,6 +44,7 @@ DEFAULT_DIR = REPO / ".cache" / "cluster"
 STAGES = REPO / "hack" / "kwok" / "stages.yaml"
 SERVICE_CIDR = "10.96.0.0/16"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+FAKE_NODE_PREFIX = "kwok-gpu-node-"
 # Kubernetes' own gang scheduling, on in the API server and the scheduler (its plugin joins the
 # default profile once the gate is on); the controller-manager needs GenericWorkload alone.
 GANG_GATES = "GenericWorkload=true,GangScheduling=true"
@@ -288,6 +289,9 @@ class LocalCluster:
                                        f"--feature-gates={GANG_GATES}", "--v=1"])
 
     def _start_kwok(self) -> None:
+        # The fake nodes' pod deletes: ours, with the pod's UID as precondition (hack/podreaper.py).
+        self.spawn("podreaper", [sys.executable, str(REPO / "hack" / "podreaper.py"), f"--server={self.server}",
+                                 f"--pki={self.root / 'pki'}", f"--node-prefix={FAKE_NODE_PREFIX}"])
         self._spawn("kwok", [
             f"--kubeconfig={self.kubeconfig}",
             f"--config={STAGES}",
@@ -305,9 +309,9 @@ class LocalCluster:
                 "apiVersion": "v1",
                 "kind": "Node",
                 "metadata": {
-                    "name": f"kwok-gpu-node-{i}",
+                    "name": f"{FAKE_NODE_PREFIX}{i}",
                     "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                    "labels": {"kubernetes.io/hostname": f"kwok-gpu-node-{i}", "kubernetes.io/os": "linux",
+                    "labels": {"kubernetes.io/hostname": f"{FAKE_NODE_PREFIX}{i}", "kubernetes.io/os": "linux",
                                "kubernetes.io/arch": "amd64", "type": "kwok",
                                "nvidia.com/gpu.present": "true"},
                 },

@@ -53,7 +53,9 @@ def crd(cluster: Cluster) -> Cluster:
 
 @pytest.fixture(scope="session")
 def operator(crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(crd, tmp_path_factory.mktemp("operator") / "operator.log")
+    # DISTTRAIN_OPERATOR_VERBOSE=1: the operator's debug log (every create and delete it makes).
+    verbose = ("--verbose",) if os.environ.get("DISTTRAIN_OPERATOR_VERBOSE") else ()
+    proc = OperatorProcess(crd, tmp_path_factory.mktemp("operator") / "operator.log", verbose)
     proc.start()
     yield proc
     proc.stop()

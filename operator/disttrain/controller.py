@@ -31,6 +31,7 @@ from disttrain.reasons import Reason
 from disttrain.reconcile import reconcile
 from disttrain.spec import SpecError, parse_spec
 from disttrain.status import Phase, enter_phase, timestamp
+from disttrain.teardown import Namespaces, NamespaceTerminating
 from disttrain.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class KubeAPI(Protocol):
     async def delete_job(self, namespace: str, name: str, uid: str) -> None: ...
     async def post_event(self, namespace: str, name: str, uid: str, event_type: str, reason: str,
                          message: str) -> None: ...
+    async def namespace_terminating(self, namespace: str) -> bool | None: ...
     async def close(self) -> None: ...
 
 
@@ -76,6 +78,7 @@ class Controller:
         self.statuses: dict[JobKey, status_writes.WrittenStatus] = {}
         self.groups = Groups(kube, self.clock)
         self.queues = Queues(kube, self.clock)
+        self.namespaces = Namespaces(kube, self.clock)
         self._creates = asyncio.Semaphore(create_concurrency)
         self._jobs: JobIndex = {}
         self._pods: PodIndex = {}
@@ -125,7 +128,13 @@ class Controller:
         job = await self.queues.observe(job, meta.get("labels") or {}, self._workloads.get(key, ()))
         plan = reconcile(job, self._observed_pods(key, ref), self.clock.now(), keys)
         try:
+            if await self.namespaces.going_away(ref, plan, body.get("status") or {}, self._pods.get(key, ()),
+                                               self._expectations(key, ref).deleted):
+                return None  # the namespace controller is deleting it all: nothing to write (teardown.py)
             return await self._apply(key, ref, spec.framework.value, body, plan)
+        except NamespaceTerminating:
+            self.namespaces.mark(ref.namespace)
+            return None
         finally:
             metrics.RECONCILE_SECONDS.observe(self.clock.monotonic() - started)
 
@@ -281,6 +290,8 @@ class Controller:
         metrics.count_transition(reason)
 
     async def _event(self, ref: JobRef, event: Event) -> None:
+        # The same line in the operator's log: what happened to a job, in order, when events have expired.
+        log.info("%s/%s: %s: %s", ref.namespace, ref.name, event.reason, event.message)
         try:
             await self.kube.post_event(ref.namespace, ref.name, ref.uid, event.type, event.reason, event.message)
         except Exception:  # an event lost must never stop the job

@@ -58,6 +58,13 @@ def _name_length_rules() -> list[Schema]:
     return rules
 
 
+DELETED_PODS: Schema = {
+    "type": "array", "items": {"type": "string"},
+    "description": "UIDs of the pods the operator's last decisions deleted: kept in the status that announces the "
+                   "deletes, so an operator restarted before it made them makes them without counting a failure twice.",
+}
+
+
 def status_schema() -> Schema:
     counts = {k: int_field(f"Pods of this type that are {k}.") for k in ("active", "ready", "succeeded", "failed")}
     return {
@@ -74,6 +81,7 @@ def status_schema() -> Schema:
                              "restarts by the kubelet."),
             "operatorRestarts": int_field("The part of restarts that does not come from the current pods' containers: "
                                      "operator restarts and the container restarts of pods it replaced."),
+            "deletedPods": DELETED_PODS,
             "replicaStatuses": {
                 "type": "object",
                 "description": "Pod counts per replica type.",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from disttrain.constants import API_VERSION, FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
 from disttrain.status import timestamp
+from disttrain.teardown import NamespaceTerminating, refused_as_terminating
 
 MERGE_PATCH = "application/merge-patch+json"
 # The core/v1 kinds a job owns, and their names in the client's method names.
@@ -25,6 +27,7 @@ _CORE_KINDS = {"Pod": "pod", "Service": "service", "ConfigMap": "config_map", "S
 _PLURALS = {"Workload": "workloads", "PodGroup": "podgroups", "ResourceFlavor": "resourceflavors",
             "WorkloadPriorityClass": "workloadpriorityclasses"}
 APPLY_PATCH = "application/apply-patch+yaml"
+log = logging.getLogger(__name__)
 
 
 class Conflict(Exception):
@@ -98,6 +101,7 @@ class Kube:
     async def create(self, obj: Mapping[str, Any]) -> bool:
         """Create an object the job owns; False if one of that name already exists."""
         ns, kind = obj["metadata"]["namespace"], obj["kind"]
+        log.debug("create %s %s/%s", kind, ns, obj["metadata"].get("name"))
         try:
             if kind in _CORE_KINDS:
                 # The raw response: we need only its status, and building the client's model of
@@ -113,8 +117,20 @@ class Kube:
                 return False
             if err.status == 422:
                 raise Invalid(_message(err)) from err
+            if refused_as_terminating(err.status, err.body):
+                raise NamespaceTerminating(ns) from err
             raise
         return True
+
+    async def namespace_terminating(self, namespace: str) -> bool | None:
+        """True if the namespace is being deleted (or is gone), False if active, None if we may not ask."""
+        try:
+            found = await self.core.read_namespace(namespace)
+        except ApiException as err:
+            if err.status in (403, 404):
+                return None if err.status == 403 else True
+            raise
+        return found.metadata.deletion_timestamp is not None or found.status.phase == "Terminating"
 
     async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
         """The object of `obj`'s kind, namespace and name as the API server has it; None if absent.
@@ -197,6 +213,7 @@ class Kube:
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete exactly the pod we judged (uid precondition): never a newer one of the same name."""
+        log.debug("delete Pod %s/%s (uid %s)", namespace, name, uid)
         body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
         try:
             await self.core.delete_namespaced_pod(name, namespace, body=body)

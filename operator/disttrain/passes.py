@@ -4,6 +4,7 @@ moves and the counts every status carries."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,9 @@ from disttrain.queueing import ObservedWorkload, QueueState
 from disttrain.reasons import Reason
 from disttrain.spec import GangProvider, JobSpec
 from disttrain.status import Phase, enter_phase, ready_column, replica_statuses, timestamp
+
+# status.deletedPods: the UIDs of the pods the last decisions deleted (see `summarize`).
+DELETED_PODS = "deletedPods"
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,13 @@ class Pass:
     def __init__(self, job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime,
                  ssh_keys: mpi.SSHKeys | None) -> None:
         self.job, self.spec, self.now, self.ssh_keys = job, job.spec, now, ssh_keys
-        self.own = [p for p in pods if p.owner_uid == job.ref.uid]
+        own = [p for p in pods if p.owner_uid == job.ref.uid]
+        # Pods a written status already deleted. The status is written before the deletes it
+        # announces, so an operator killed between the two left them behind: they are as good
+        # as terminating (never judged, counted or banked again) and their delete is repeated.
+        self.deleted_before = frozenset(job.status.get(DELETED_PODS) or ())
+        self.redelete = [p for p in own if p.uid in self.deleted_before and not p.terminating]
+        self.own = [dataclasses.replace(p, terminating=True) if p.uid in self.deleted_before else p for p in own]
         self.foreign = [p for p in pods if p.owner_uid != job.ref.uid]
         self.live = [p for p in self.own if not p.terminating]
         self.plan = Plan(status=dict(job.status))
@@ -84,11 +94,18 @@ class Pass:
 
     def summarize(self) -> Plan:
         """The counts every status carries. Restarts the kubelet made in pods we delete are kept,
-        so RESTARTS never goes down."""
+        so RESTARTS never goes down. The pods deleted are named in the status that announces it
+        (`deletedPods`), so a delete the operator didn't live to make is made, not decided, again."""
         plan = self.plan
         banked = int(plan.status.get("operatorRestarts", 0)) + sum(p.container_restarts for p in plan.delete)
         deleted = {p.uid for p in plan.delete}
         remaining = [p for p in self.live if p.uid not in deleted]
+        if deleted - {""}:
+            # Only with new deletes, which come with a status write anyway: pruning the list as
+            # pods vanish would cost a write each. Its size stays one attempt's pods.
+            still_there = {p.uid for p in self.own} & self.deleted_before
+            plan.status[DELETED_PODS] = sorted((deleted - {""}) | still_there)
+        plan.delete = [*plan.delete, *self.redelete]
         counts = replica_statuses(self.spec, remaining)
         plan.status.update(
             operatorRestarts=banked,

@@ -114,7 +114,8 @@ def test_cluster_down_leaves_no_process(tmp_path: Path) -> None:
     pids = list(cluster.processes.values())
     try:
         assert set(cluster.processes) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-                                          "kwok", "coscheduler", "coscheduling-controller", "vc-scheduler", "kueue"}
+                                          "kwok", "podreaper", "coscheduler", "coscheduling-controller",
+                                          "vc-scheduler", "kueue"}
     finally:
         cluster.down()
     for pid in pids:

@@ -20,9 +20,11 @@ def test_mpi_job_hostfile_gating_success(cluster: Cluster, namespace: str) -> No
     hostfile = wait_for(lambda: cluster.core.read_namespaced_config_map("hvd-mpi", namespace).data, 30)["hostfile"]
     assert hostfile.splitlines() == [f"hvd-worker-{i}.hvd.{namespace}.svc slots=2" for i in range(4)]
     # The operator has judged the unready workers once it says so; only then is "no launcher" a verdict.
-    status = wait_for(lambda: (s := cluster.job_status(namespace, "hvd")).get("reason") == "WaitingForWorkers"
-                      and s, 30, "the job to say it waits for its workers")
-    assert status["phase"] == "Pending" and status["message"].startswith("0/4 workers Ready")
+    # The scheduler's words come first (policies/waiting.py): the workers can't be placed.
+    status = wait_for(lambda: (s := cluster.job_status(namespace, "hvd")).get("reason") == "Unschedulable"
+                      and s, 30, "the job to say its workers can't be scheduled")
+    assert status["phase"] == "Pending", status
+    assert status["message"].startswith("pod hvd-worker-0 can't be scheduled: 0/"), status["message"]
     assert "hvd-launcher" not in pod_names(cluster, namespace, "hvd"), "launcher before the workers are Ready"
 
     cluster.core.patch_node(node, {"metadata": {"labels": {"pool": f"late-{namespace}"}}})

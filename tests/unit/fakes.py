@@ -14,6 +14,7 @@ from typing import Any
 
 from disttrain.kube import Conflict, Invalid
 from disttrain.observed import ObservedPod, observe_pod
+from disttrain.teardown import NamespaceTerminating
 
 START = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
 _uids = itertools.count(1)
@@ -49,6 +50,7 @@ class FakeKube:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     invalid: dict[str, str] = field(default_factory=dict)  # pod name -> the API server's complaint
     conflicts: int = 0  # the next N status patches are refused
+    terminating: set[str] = field(default_factory=set)  # namespaces being deleted: creates refused (403)
 
     def add(self, obj: dict[str, Any]) -> dict[str, Any]:
         stored = copy.deepcopy(obj)
@@ -58,6 +60,8 @@ class FakeKube:
 
     async def create(self, obj: Mapping[str, Any]) -> bool:
         self.calls.append(("create", "/".join(key_of(obj))))
+        if obj["metadata"]["namespace"] in self.terminating:
+            raise NamespaceTerminating(obj["metadata"]["namespace"])
         if obj["metadata"]["name"] in self.invalid:
             raise Invalid(self.invalid[obj["metadata"]["name"]])
         if key_of(obj) in self.objects:
@@ -136,6 +140,10 @@ class FakeKube:
     async def post_event(self, namespace: str, name: str, uid: str, event_type: str, reason: str,
                          message: str) -> None:
         self.events.append((event_type, reason, message))
+
+    async def namespace_terminating(self, namespace: str) -> bool | None:
+        self.calls.append(("get", f"Namespace/{namespace}"))
+        return namespace in self.terminating
 
     async def close(self) -> None:
         pass

@@ -1,0 +1,105 @@
+"""An operator killed between its status write and the deletes that write announced: the next
+operator (a fresh Controller, nothing in memory) must finish the deletes without counting the
+failure, or the kubelet restarts of the deleted pods, a second time (issue 12, item 1)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+from fakes import FakeKube
+from test_controller import KEY, RUNNING, Harness
+
+from disttrain.controller import Controller
+from disttrain.observed import observe_pod
+from manifests import replica, tf_job
+
+KILLED = {"phase": "Failed", "containerStatuses": [{"name": "c", "restartCount": 0, "state": {
+    "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+
+
+class Crash(BaseException):
+    """The operator's process dies here (a BaseException: nothing on the way catches it)."""
+
+
+class CrashOnDelete(FakeKube):
+    """The API calls go through until the first pod delete, where the process is killed."""
+
+    crash = False
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        if self.crash:
+            raise Crash()
+        await super().delete_pod(namespace, name, uid)
+
+
+def restarted(h: Harness) -> None:
+    """A new operator process: a fresh Controller on the same API, the job as its watch lists it."""
+    h.kube.crash = False  # type: ignore[attr-defined]
+    h.controller = Controller(h.kube, clock=h.clock)
+    h.body["status"] = copy.deepcopy(h.kube.statuses[-1])
+    h.controller.bind(h.jobs, {KEY: h.pods})
+
+
+def crash_on_first_failure(manifest: dict[str, Any], pod_status: dict[str, Any]) -> Harness:
+    h = Harness(manifest)
+    h.kube = CrashOnDelete()
+    h.controller = Controller(h.kube, clock=h.clock)
+    h.controller.bind(h.jobs, {KEY: h.pods})
+
+    async def until_crash() -> None:
+        await h.reconcile()
+        h.watch(**RUNNING)
+        await h.reconcile()
+        assert h.status()["phase"] == "Running"
+        h.watch(**RUNNING)
+        h.pods[:] = [observe_pod({**pod, "status": pod_status}) if pod["metadata"]["name"] == "mnist-worker-1"
+                     else observe_pod({**pod, "status": RUNNING}) for pod in h.kube.pods()]
+        h.kube.crash = True  # type: ignore[attr-defined]
+        with pytest.raises(Crash):
+            await h.reconcile()
+    asyncio.run(until_crash())
+    return h
+
+
+@pytest.mark.parametrize("scope", ["Job", "Pod"])
+def test_a_failure_written_before_a_crash_is_counted_once(scope: str) -> None:
+    manifest = tf_job(worker=replica(2, "ExitCode"), run_policy={"restartScope": scope})
+    h = crash_on_first_failure(manifest, KILLED)
+    written = h.status()
+    assert (written["phase"], written["restarts"]) == ("Restarting", 1), "the decision was written"
+    assert len(h.kube.pods()) == 2, "and the pods it deletes are all still there"
+    restarted(h)
+
+    async def after_restart() -> None:
+        await h.reconcile()
+        assert h.status()["restarts"] == 1, "the same failure counted twice"
+        deleted = 2 if scope == "Job" else 1
+        assert len(h.kube.pods()) == 2 - deleted, "the deletes the first operator announced are done"
+        h.watch(**RUNNING)  # the watch shows what is left; then the new pods, running
+        await h.reconcile()
+        h.watch(**RUNNING)
+        await h.reconcile()
+        assert len(h.kube.pods()) == 2
+        assert (h.status()["phase"], h.status()["restarts"]) == ("Running", 1)
+    asyncio.run(after_restart())
+
+
+def test_kubelet_restarts_of_deleted_pods_are_banked_once() -> None:
+    """OnFailure pods' container restarts count toward RESTARTS; those of a pod the operator
+    deletes move to operatorRestarts in the status that announces the delete, once."""
+    manifest = tf_job(worker=replica(2, "ExitCode"), run_policy={"backoffLimit": 10})
+    restarted_then_killed = {"phase": "Failed", "containerStatuses": [{"name": "c", "restartCount": 2, "state": {
+        "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+    h = crash_on_first_failure(manifest, restarted_then_killed)
+    first = h.status()
+    # 1 restart of the job, and the 2 container restarts of the failed pod it deletes.
+    assert (first["restarts"], first["operatorRestarts"]) == (3, 3)
+    restarted(h)
+
+    async def after_restart() -> None:
+        await h.reconcile()
+        assert (h.status()["restarts"], h.status()["operatorRestarts"]) == (3, 3)
+    asyncio.run(after_restart())
