@@ -80,6 +80,7 @@ class LocalCluster:
     processes: dict[str, int] = field(default_factory=dict)
     # The children this object started, kept so they are reaped (and Python doesn't warn).
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    argv: dict[str, list[str]] = field(default_factory=dict, repr=False)
     server: str = ""
 
     @property
@@ -181,14 +182,30 @@ class LocalCluster:
     def _spawn(self, name: str, args: list[str]) -> None:
         self.spawn(name, [str(BIN_DIR / name), *args])
 
-    def spawn(self, name: str, argv: list[str]) -> None:
+    def spawn(self, name: str, argv: list[str], append: bool = False) -> None:
         """Start one of the cluster's processes, logging to logs/<name>.log; `down` stops it."""
-        with open(self.root / "logs" / f"{name}.log", "wb") as log:
+        with open(self.root / "logs" / f"{name}.log", "ab" if append else "wb") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         self.processes[name] = proc.pid
         self.children[name] = proc
+        self.argv[name] = argv
         self._write_state()
+
+    def restart(self, name: str) -> None:
+        """Stop one of the cluster's processes (SIGTERM) and start it again as it was: an API
+        server restarted under its clients (tests/chaos)."""
+        _stop(self.processes[name])
+        self.children[name].wait()
+        self.spawn(name, self.argv[name], append=True)
+
+    def pause(self, name: str, seconds: float) -> None:
+        """Freeze one of the cluster's processes (SIGSTOP) for `seconds`: an etcd that stops answering."""
+        os.kill(self.processes[name], signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(self.processes[name], signal.SIGCONT)
 
     def _start_etcd(self, deadline: float) -> None:
         # etcd's data is thrown away with the cluster: keep it in memory where we can.
@@ -304,21 +321,25 @@ class LocalCluster:
 
     def _create_nodes(self) -> None:
         for i in range(self.nodes):
-            capacity = {"cpu": "32", "memory": "256Gi", "pods": "1000", "nvidia.com/gpu": str(self.gpus_per_node)}
-            node = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": f"{FAKE_NODE_PREFIX}{i}",
-                    "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                    "labels": {"kubernetes.io/hostname": f"{FAKE_NODE_PREFIX}{i}", "kubernetes.io/os": "linux",
-                               "kubernetes.io/arch": "amd64", "type": "kwok",
-                               "nvidia.com/gpu.present": "true"},
-                },
-                "spec": {},
-                "status": {"capacity": capacity, "allocatable": capacity},
-            }
-            self.api("POST", "/api/v1/nodes", node)
+            self.create_node(i)
+
+    def create_node(self, i: int) -> None:
+        """Fake node `i` (KWOK keeps it Ready): at start, and again after a test deleted it."""
+        capacity = {"cpu": "32", "memory": "256Gi", "pods": "1000", "nvidia.com/gpu": str(self.gpus_per_node)}
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": f"{FAKE_NODE_PREFIX}{i}",
+                "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"kubernetes.io/hostname": f"{FAKE_NODE_PREFIX}{i}", "kubernetes.io/os": "linux",
+                           "kubernetes.io/arch": "amd64", "type": "kwok",
+                           "nvidia.com/gpu.present": "true"},
+            },
+            "spec": {},
+            "status": {"capacity": capacity, "allocatable": capacity},
+        }
+        self.api("POST", "/api/v1/nodes", node)
 
     def _check_alive(self) -> None:
         dead = {name: child.returncode for name, child in self.children.items() if child.poll() is not None}

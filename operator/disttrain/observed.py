@@ -50,7 +50,11 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
     conditions = status.get("conditions") or []
     statuses = list(status.get("containerStatuses") or [])
     exit_code: int | None = None
-    reason: str | None = status.get("reason")
+    # Who ended the pod from outside, when the pod itself doesn't say (the pod garbage collector
+    # for a node deleted: "DeletionByPodGC: PodGC: node no longer exists"; a taint manager's eviction).
+    reason: str | None = status.get("reason") or next(
+        (f"{c.get('reason')}: {c.get('message')}" if c.get("message") else c.get("reason")
+         for c in conditions if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
     for cs in statuses:
         terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
         if terminated and terminated.get("exitCode", 0) != 0:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client, watch
+from urllib3.exceptions import HTTPError
 
 from manifests import HOROVOD_IMAGE, job, replica
 from support import Cluster
@@ -60,16 +61,20 @@ class PodRecorder:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     error: BaseException | None = None
+    outages: list[str] = field(default_factory=list)  # watch errors survived
 
     def start(self) -> PodRecorder:
         self._api = client.CoreV1Api(self.cluster.api)
+        self._list()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _list(self) -> None:
         listed = self._api.list_namespaced_pod(self.namespace)
         for pod in listed.items:
             self._record(pod)
         self._version = listed.metadata.resource_version
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
 
     def _record(self, pod: Any) -> None:
         meta = pod.metadata
@@ -80,17 +85,31 @@ class PodRecorder:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                w = watch.Watch()
-                for event in w.stream(self._api.list_namespaced_pod, self.namespace,
-                                      resource_version=self._version, timeout_seconds=2,
-                                      allow_watch_bookmarks=True):
-                    obj = event["object"]
-                    self._version = obj.metadata.resource_version
-                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        self._record(obj)
-                w.stop()
+                try:
+                    self._watch()
+                except (HTTPError, OSError, client.ApiException) as err:  # the API server down (a scenario's doing)
+                    self.outages.append(f"{type(err).__name__} {getattr(err, 'status', '')}")
+                    if isinstance(err, client.ApiException) and err.status == 410:
+                        # A restarted API server's watch cache starts at its restart: list again.
+                        # What this can miss: a pod created and deleted between the restart and
+                        # this list, a fraction of a second with the operator reconnecting too.
+                        self._list()
+                    else:
+                        self._stop.wait(0.5)
         except BaseException as err:  # reported by stop(): a recorder that missed events proves nothing
             self.error = err
+
+    def _watch(self) -> None:
+        """Resumes from the last version seen: through an API server restart nothing is missed
+        (etcd keeps the versions); an expired version (410) would raise and fail the recorder."""
+        w = watch.Watch()
+        for event in w.stream(self._api.list_namespaced_pod, self.namespace, resource_version=self._version,
+                              timeout_seconds=2, allow_watch_bookmarks=True):
+            obj = event["object"]
+            self._version = obj.metadata.resource_version
+            if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                self._record(obj)
+        w.stop()
 
     def stop(self) -> None:
         self._stop.set()

@@ -215,6 +215,17 @@ def test_observe_pod_reads_exit_codes() -> None:
     assert observed.container_restarts == 2
 
 
+def test_a_pod_ended_from_outside_says_who_ended_it() -> None:
+    # What the pod garbage collector writes on the pods of a deleted node (kube-controller-manager
+    # v1.36, seen in tests/chaos/test_node_lost.py), before it deletes them.
+    raw = {"metadata": {"name": "never-worker-2", "uid": "u", "labels": {
+        "disttrain.dev/replica-type": "worker", "disttrain.dev/replica-index": "2"}},
+        "status": {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                      "reason": "DeletionByPodGC",
+                                                      "message": "PodGC: node no longer exists"}]}}
+    assert observe_pod(raw).reason == "DeletionByPodGC: PodGC: node no longer exists"
+
+
 def test_mpi_launcher_waits_for_ready_workers_and_says_so() -> None:
     def template() -> dict[str, Any]:
         return {"spec": {"containers": [{"name": "c", "image": "i"}]}}
