@@ -25,16 +25,18 @@ containers = st.lists(st.fixed_dictionaries({"name": st.sampled_from(["main", "t
     "command": st.lists(st.text(max_size=8), max_size=3),
     "securityContext": st.fixed_dictionaries({}, optional={"privileged": st.booleans(),
                                                            "runAsNonRoot": st.booleans()}),
-}), min_size=0, max_size=3)
-templates = st.fixed_dictionaries({}, optional={
-    "metadata": st.fixed_dictionaries({}, optional={"labels": st.dictionaries(
-        st.sampled_from(["app", "disttrain.dev/job-name", "team"]), st.text("abc", max_size=4), max_size=2)}),
+}), min_size=1, max_size=3, unique_by=lambda c: str(c["name"]))
+# Valid as far as the CRD can tell (a spec, containers, unique names); the API fuzz breaks them on purpose.
+templates = st.fixed_dictionaries({
     "spec": st.fixed_dictionaries({"containers": containers}, optional={
         "schedulerName": st.sampled_from(["volcano", "default-scheduler", "scheduler-plugins-scheduler"]),
         "nodeSelector": st.dictionaries(st.sampled_from(["gpu", "zone"]), st.just("a"), max_size=2),
         "hostNetwork": st.booleans(),
         "automountServiceAccountToken": st.booleans(),
     }),
+}, optional={
+    "metadata": st.fixed_dictionaries({}, optional={"labels": st.dictionaries(
+        st.sampled_from(["app", "disttrain.dev/job-name", "team"]), st.text("abc", max_size=4), max_size=2)}),
 })
 
 

@@ -15,13 +15,13 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from disttrain import metrics, mpi, status_writes
+from disttrain import create_refusals, metrics, mpi, status_writes
+from disttrain.children import Children
 from disttrain.clock import Clock, SystemClock
-from disttrain.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from disttrain.expectations import Expectations
 from disttrain.groups import Groups
-from disttrain.kube import Conflict, Invalid
-from disttrain.objects import JobRef, Ownership, PodKey, not_owned_message, ownership
+from disttrain.kube import Conflict
+from disttrain.objects import JobRef
 from disttrain.observed import ObservedPod
 from disttrain.passes import JobState
 from disttrain.plan import Event, Plan
@@ -71,15 +71,14 @@ class Controller:
         self.clock: Clock = clock or SystemClock()
         self.queue: WorkQueue[JobKey] = WorkQueue(self.reconcile_key, workers=workers)
         self.expectations: dict[JobKey, Expectations] = {}
-        self.supported: set[str] = set()  # uids of jobs whose supporting objects exist and are theirs
         self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
-        self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
         self.uids: dict[JobKey, str] = {}
         self.statuses: dict[JobKey, status_writes.WrittenStatus] = {}
+        self.refusals: dict[JobKey, create_refusals.Refusal] = {}
         self.groups = Groups(kube, self.clock)
         self.queues = Queues(kube, self.clock)
         self.namespaces = Namespaces(kube, self.clock)
-        self._creates = asyncio.Semaphore(create_concurrency)
+        self.children = Children(kube, self.groups, create_concurrency)
         self._jobs: JobIndex = {}
         self._pods: PodIndex = {}
         self._workloads: WorkloadIndex = {}
@@ -127,6 +126,7 @@ class Controller:
         job = await self.groups.observe(job)
         job = await self.queues.observe(job, meta.get("labels") or {}, self._workloads.get(key, ()))
         plan = reconcile(job, self._observed_pods(key, ref), self.clock.now(), keys)
+        plan = create_refusals.hold(self.refusals.get(key), plan, self.clock.monotonic())
         try:
             if await self.namespaces.going_away(ref, plan, body.get("status") or {}, self._pods.get(key, ()),
                                                self._expectations(key, ref).deleted):
@@ -142,12 +142,12 @@ class Controller:
         """The job is gone: drop everything remembered for it."""
         self.expectations.pop(key, None)
         self.statuses.pop(key, None)
+        self.refusals.pop(key, None)
         self.queue.forget(key)
         uid = self.uids.pop(key, None)
         if uid is not None:
-            self.supported.discard(uid)
+            self.children.forget(uid)
             self.ssh_keys.pop(uid, None)
-            self.written = {k: v for k, v in self.written.items() if k[0] != uid}
             self.groups.forget(uid)
 
     def _expectations(self, key: JobKey, ref: JobRef) -> Expectations:
@@ -174,14 +174,18 @@ class Controller:
         except Conflict:
             return 1.0  # Kueue wrote the Workload meanwhile: again, from its newer state
         if await self.groups.release(ref, plan.delete_objects):
-            self.supported.discard(ref.uid)  # made afresh with the next pods
-        failure, wait = await self._create_all(exp, ref, framework, plan.create)
-        if ref.uid in self.supported:
+            self.children.supported.discard(ref.uid)  # made afresh with the next pods
+        failure, wait = await self.children.create_all(exp, ref, framework, plan.create)
+        if ref.uid in self.children.supported:
             for obj in plan.keep_current:
-                await self._keep_current(ref, obj)
+                await self.children.keep_current(ref, obj)
         for event in plan.events:
             await self._event(ref, event)
             metrics.count_transition(event.reason)
+        if failure is not None and failure[0] is Reason.POD_CREATE_REFUSED:
+            return await self._refused(key, ref, body, plan, failure[1])
+        if any(o["kind"] == "Pod" for o in plan.create):
+            self.refusals.pop(key, None)  # its pods were made: the refusal has passed
         if failure is not None:
             # On top of the status just written, so start time, counts and conditions stay.
             await self._fail(ref, plan.status, *failure)
@@ -193,6 +197,28 @@ class Controller:
         if wait:
             plan.requeue_within(RETRY_TAKEN_NAME_SECONDS)
         return plan.requeue_after
+
+    async def _refused(self, key: JobKey, ref: JobRef, body: Mapping[str, Any], plan: Plan, message: str) -> float:
+        """Admission refused a pod: the job says so and waits (create_refusals.py)."""
+        previous = self.refusals.get(key)
+        refusal = self.refusals[key] = create_refusals.refused(previous, message, self.clock.monotonic())
+        if previous is None or previous.message != message:
+            log.warning("%s/%s: %s (retrying in %.0fs)", ref.namespace, ref.name, message, refusal.backoff)
+            await self._event(ref, Event("Warning", Reason.POD_CREATE_REFUSED, message))
+        last = self.statuses.get(key)
+        written_before = dict(last.status) if last is not None else None  # plan.status itself, if just written
+        create_refusals.say_why(plan, refusal)
+        if written_before == plan.status:
+            return refusal.backoff
+        before = last.after if last is not None else str(body["metadata"].get("resourceVersion", ""))
+        try:
+            written = await self.kube.patch_job_status(ref.namespace, ref.name, plan.status, before or None)
+        except Conflict:
+            self.statuses.pop(key, None)
+            return 1.0
+        self.statuses[key] = status_writes.WrittenStatus(before, status_writes.version(written), plan.status,
+                                                         self.clock.monotonic())
+        return refusal.backoff
 
     async def _write_status(self, key: JobKey, ref: JobRef, body: Mapping[str, Any], plan: Plan) -> bool:
         """The plan's status, unless unchanged or only progress just after a write (status_writes)."""
@@ -210,71 +236,6 @@ class Controller:
             return False
         self.statuses[key] = status_writes.WrittenStatus(rv or "", status_writes.version(written), plan.status, now)
         return True
-
-    async def _create_all(self, exp: Expectations, ref: JobRef, framework: str,
-                          objects: list[dict[str, Any]]) -> tuple[tuple[Reason, str] | None, bool]:
-        """Create the supporting objects, then (once they are all this job's) the pods, concurrently.
-        Returns why the job must fail, if it must, and whether to look again soon."""
-        pods = [o for o in objects if o["kind"] == "Pod"]
-        supporting = [o for o in objects if o["kind"] != "Pod"]
-        if supporting and ref.uid not in self.supported:
-            for obj in supporting:
-                ownership = await self._create_owned(ref, obj)
-                if ownership is Ownership.FOREIGN:
-                    return (Reason.OBJECT_NOT_OWNED, not_owned_message(ref, obj)), False
-                if ownership is Ownership.WAIT:
-                    return None, True
-            self.supported.add(ref.uid)
-            self.groups.forget(ref.uid)
-        results = await asyncio.gather(*(self._create_pod(exp, ref, framework, p) for p in pods))
-        return next((r for r in results if r is not None), None), False
-
-    async def _create_owned(self, ref: JobRef, obj: dict[str, Any]) -> Ownership:
-        """Create `obj`; if its name is taken, whose is the object there?"""
-        created = await self.kube.create(obj)
-        if created:
-            if obj["kind"] == "Service":
-                metrics.JOBS_CREATED.inc()
-            if obj["kind"] == "ConfigMap":
-                self.written[(ref.uid, obj["metadata"]["name"])] = obj["data"]
-            return Ownership.OURS
-        return ownership(ref, await self.kube.get_metadata(obj))
-
-    async def _create_pod(self, exp: Expectations, ref: JobRef, framework: str,
-                          pod: dict[str, Any]) -> tuple[Reason, str] | None:
-        """Create one pod. Returns why the job must fail: the API server found the pod invalid
-        (the message names the template it came from), or the name belongs to something else."""
-        name, labels = pod["metadata"]["name"], pod["metadata"]["labels"]
-        pod_key = PodKey(labels[REPLICA_TYPE_LABEL], int(labels[REPLICA_INDEX_LABEL]))
-        exp.expect_created(name, pod_key)
-        async with self._creates:
-            try:
-                created = await self.kube.create(pod)
-            except Invalid as err:
-                exp.not_created(name)
-                return Reason.INVALID_POD_TEMPLATE, f"spec.{framework}.{pod_key.replica_type}.template: {err}"
-            except BaseException:
-                exp.not_created(name)
-                raise
-            if created:
-                metrics.PODS_CREATED.inc()
-                return None
-            # Taken, and not seen in our index as ours: an earlier job's pod (waited out on its
-            # next event) or something else's.
-            found = ownership(ref, await self.kube.get_metadata(pod))
-            if found is not Ownership.OURS:
-                exp.not_created(name)
-            if found is Ownership.FOREIGN:
-                return Reason.OBJECT_NOT_OWNED, not_owned_message(ref, pod)
-        return None
-
-    async def _keep_current(self, ref: JobRef, obj: dict[str, Any]) -> None:
-        """Write `obj` (a ConfigMap) if its data differs from what we last wrote."""
-        memory = (ref.uid, obj["metadata"]["name"])
-        if self.written.get(memory) == obj["data"]:
-            return
-        if await self.kube.replace_config_map_data(obj):
-            self.written[memory] = obj["data"]
 
     async def _fail(self, ref: JobRef, status: Mapping[str, Any] | None, reason: Reason, message: str) -> None:
         """A job only the operator can see is wrong: phase Failed, the message, a Warning event."""

@@ -65,6 +65,12 @@ def replica_spec(role: str, description: str, *, minimum: int = 0, maximum: int 
     if maximum is not None:
         replicas["maximum"] = maximum
     template = FlowMapping(copy.deepcopy(pod_template_schema()))
+    # What the API server would refuse in the pod anyway, refused at `kubectl apply` instead of
+    # failing the job later (tests/chaos/test_fuzz_manifests.py found both): a template with no
+    # spec or no container, and two containers of one name (a map keyed by name, as PodSpec is).
+    template["required"] = ["spec"]
+    containers = template["properties"]["spec"]["properties"]["containers"]
+    containers.update({"minItems": 1, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     template["description"] = (
         f"Pod template for the {role} pods, a Kubernetes PodTemplateSpec. The operator adds the name, "
         "hostname, subdomain, labels, owner reference and environment (TF_CONFIG, DISTTRAIN_*); "

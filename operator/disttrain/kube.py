@@ -30,6 +30,11 @@ APPLY_PATCH = "application/apply-patch+yaml"
 log = logging.getLogger(__name__)
 
 
+class Refused(Exception):
+    """The API server's admission refused a create (403): a quota, a missing PriorityClass, a
+    PodSecurity level, a webhook. Its message is the API server's."""
+
+
 class Conflict(Exception):
     """The object changed since we read it: reconcile again from the newer version."""
 
@@ -119,6 +124,8 @@ class Kube:
                 raise Invalid(_message(err)) from err
             if refused_as_terminating(err.status, err.body):
                 raise NamespaceTerminating(ns) from err
+            if err.status == 403:
+                raise Refused(_message(err)) from err
             raise
         return True
 

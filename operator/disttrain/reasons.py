@@ -27,6 +27,7 @@ class Reason(StrEnum):
     IMAGE_PULL_BACKOFF = "ImagePullBackOff"  # a container image that can't be pulled
     CRASH_LOOP_BACKOFF = "CrashLoopBackOff"  # a container that keeps crashing
     CONTAINER_NOT_STARTING = "ContainerNotStarting"  # its config can't be made (a missing Secret, ...)
+    POD_CREATE_REFUSED = "PodCreateRefused"  # admission said no (quota, PriorityClass...): create_refusals.py
     GANG_SCHEDULING = "GangScheduling"  # the provider chosen (an event)
     # The job restarts (pods or the whole job recreated; counted toward backoffLimit).
     POD_FAILED = "PodFailed"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from disttrain.kube import Conflict, Invalid
+from disttrain.kube import Conflict, Invalid, Refused
 from disttrain.observed import ObservedPod, observe_pod
 from disttrain.teardown import NamespaceTerminating
 
@@ -49,6 +49,7 @@ class FakeKube:
     statuses: list[dict[str, Any]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     invalid: dict[str, str] = field(default_factory=dict)  # pod name -> the API server's complaint
+    refused: dict[str, str] = field(default_factory=dict)  # pod name -> admission's refusal (403)
     conflicts: int = 0  # the next N status patches are refused
     terminating: set[str] = field(default_factory=set)  # namespaces being deleted: creates refused (403)
 
@@ -64,6 +65,8 @@ class FakeKube:
             raise NamespaceTerminating(obj["metadata"]["namespace"])
         if obj["metadata"]["name"] in self.invalid:
             raise Invalid(self.invalid[obj["metadata"]["name"]])
+        if obj["metadata"]["name"] in self.refused:
+            raise Refused(self.refused[obj["metadata"]["name"]])
         if key_of(obj) in self.objects:
             return False
         self.add(dict(obj))

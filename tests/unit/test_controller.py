@@ -175,5 +175,6 @@ def test_a_job_deleted_from_the_index_is_forgotten() -> None:
         await h.reconcile()
         h.jobs[KEY].clear()
         await h.reconcile()
-        assert not h.controller.ssh_keys and not h.controller.supported and KEY not in h.controller.expectations
+        assert not h.controller.ssh_keys and not h.controller.children.supported
+        assert KEY not in h.controller.expectations
     run(scenario)

@@ -1,0 +1,102 @@
+"""Creating a job's children: its supporting objects (Service, ConfigMap, Secret, gang group),
+then its pods, concurrently; and keeping its ConfigMap current. Every object found under a name
+we wanted is checked for whose it is before it is trusted (objects.ownership)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from disttrain import metrics
+from disttrain.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from disttrain.expectations import Expectations
+from disttrain.groups import Groups
+from disttrain.kube import Invalid, Refused
+from disttrain.objects import JobRef, Ownership, PodKey, not_owned_message, ownership
+from disttrain.reasons import Reason
+
+
+class ChildrenAPI(Protocol):
+    async def create(self, obj: dict[str, Any]) -> bool: ...
+    async def get_metadata(self, obj: dict[str, Any]) -> dict[str, Any] | None: ...
+    async def replace_config_map_data(self, obj: dict[str, Any]) -> bool: ...
+
+
+class Children:
+    def __init__(self, kube: ChildrenAPI, groups: Groups, create_concurrency: int) -> None:
+        self.kube, self.groups = kube, groups
+        self.creates = asyncio.Semaphore(create_concurrency)
+        self.supported: set[str] = set()  # uids of jobs whose supporting objects exist and are theirs
+        self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
+
+    def forget(self, uid: str) -> None:
+        self.supported.discard(uid)
+        self.written = {k: v for k, v in self.written.items() if k[0] != uid}
+
+    async def create_all(self, exp: Expectations, ref: JobRef, framework: str,
+                          objects: list[dict[str, Any]]) -> tuple[tuple[Reason, str] | None, bool]:
+        """Create the supporting objects, then (once they are all this job's) the pods, concurrently.
+        Returns why the job must fail, if it must, and whether to look again soon."""
+        pods = [o for o in objects if o["kind"] == "Pod"]
+        supporting = [o for o in objects if o["kind"] != "Pod"]
+        if supporting and ref.uid not in self.supported:
+            for obj in supporting:
+                ownership = await self._create_owned(ref, obj)
+                if ownership is Ownership.FOREIGN:
+                    return (Reason.OBJECT_NOT_OWNED, not_owned_message(ref, obj)), False
+                if ownership is Ownership.WAIT:
+                    return None, True
+            self.supported.add(ref.uid)
+            self.groups.forget(ref.uid)
+        results = await asyncio.gather(*(self._create_pod(exp, ref, framework, p) for p in pods))
+        return next((r for r in results if r is not None), None), False
+
+    async def _create_owned(self, ref: JobRef, obj: dict[str, Any]) -> Ownership:
+        """Create `obj`; if its name is taken, whose is the object there?"""
+        created = await self.kube.create(obj)
+        if created:
+            if obj["kind"] == "Service":
+                metrics.JOBS_CREATED.inc()
+            if obj["kind"] == "ConfigMap":
+                self.written[(ref.uid, obj["metadata"]["name"])] = obj["data"]
+            return Ownership.OURS
+        return ownership(ref, await self.kube.get_metadata(obj))
+
+    async def _create_pod(self, exp: Expectations, ref: JobRef, framework: str,
+                          pod: dict[str, Any]) -> tuple[Reason, str] | None:
+        """Create one pod. Returns why the job must fail: the API server found the pod invalid
+        (the message names the template it came from), or the name belongs to something else."""
+        name, labels = pod["metadata"]["name"], pod["metadata"]["labels"]
+        pod_key = PodKey(labels[REPLICA_TYPE_LABEL], int(labels[REPLICA_INDEX_LABEL]))
+        exp.expect_created(name, pod_key)
+        async with self.creates:
+            try:
+                created = await self.kube.create(pod)
+            except Invalid as err:
+                exp.not_created(name)
+                return Reason.INVALID_POD_TEMPLATE, f"spec.{framework}.{pod_key.replica_type}.template: {err}"
+            except Refused as err:
+                exp.not_created(name)
+                return Reason.POD_CREATE_REFUSED, f"pod {name} can't be created: {err}"
+            except BaseException:
+                exp.not_created(name)
+                raise
+            if created:
+                metrics.PODS_CREATED.inc()
+                return None
+            # Taken, and not seen in our index as ours: an earlier job's pod (waited out on its
+            # next event) or something else's.
+            found = ownership(ref, await self.kube.get_metadata(pod))
+            if found is not Ownership.OURS:
+                exp.not_created(name)
+            if found is Ownership.FOREIGN:
+                return Reason.OBJECT_NOT_OWNED, not_owned_message(ref, pod)
+        return None
+
+    async def keep_current(self, ref: JobRef, obj: dict[str, Any]) -> None:
+        """Write `obj` (a ConfigMap) if its data differs from what we last wrote."""
+        memory = (ref.uid, obj["metadata"]["name"])
+        if self.written.get(memory) == obj["data"]:
+            return
+        if await self.kube.replace_config_map_data(obj):
+            self.written[memory] = obj["data"]

@@ -1,0 +1,51 @@
+"""Pod creates the API server refuses for a reason that may pass: admission says no (403).
+
+A ResourceQuota exceeded, a PriorityClass that doesn't exist yet, a PodSecurity level the
+template violates, an admission webhook's veto: the pod is valid (a 422 fails the job:
+InvalidPodTemplate) but may not be made now. Found by the API fuzz (tests/chaos/
+test_fuzz_manifests.py): runPolicy.priorityClassName naming no PriorityClass made the operator
+retry the create with a traceback on every attempt. As the Job controller does (a FailedCreate
+event, then retries with backoff), the job waits: status reason PodCreateRefused with the API
+server's words, one Warning event per new refusal, and creates tried again after a backoff that
+doubles up to five minutes. The job's own status write carries the reason, so it doesn't flip
+back on the next reconcile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from disttrain.plan import Plan
+from disttrain.reasons import Reason
+
+FIRST_BACKOFF_SECONDS = 5.0
+MAX_BACKOFF_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Refusal:
+    message: str  # "pod <name>: <the API server's message>"
+    retry_at: float  # monotonic seconds
+    backoff: float
+
+
+def refused(previous: Refusal | None, message: str, now: float) -> Refusal:
+    """The refusal just met, retried after the backoff (doubled from the last one's)."""
+    backoff = FIRST_BACKOFF_SECONDS if previous is None else min(previous.backoff * 2, MAX_BACKOFF_SECONDS)
+    return Refusal(message, now + backoff, backoff)
+
+
+def hold(refusal: Refusal | None, plan: Plan, now: float) -> Plan:
+    """`plan` without its pod creates while a refusal's backoff runs, saying why in its status."""
+    if refusal is None or not any(o["kind"] == "Pod" for o in plan.create):
+        return plan
+    say_why(plan, refusal)
+    if now < refusal.retry_at:
+        plan.create = [o for o in plan.create if o["kind"] != "Pod"]
+        plan.requeue_within(refusal.retry_at - now)
+    return plan
+
+
+def say_why(plan: Plan, refusal: Refusal) -> None:
+    plan.status["reason"] = Reason.POD_CREATE_REFUSED.value
+    plan.status["message"] = refusal.message
