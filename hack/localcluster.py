@@ -307,8 +307,9 @@ class LocalCluster:
 
     def _start_kwok(self) -> None:
         # The fake nodes' pod deletes: ours, with the pod's UID as precondition (hack/podreaper.py).
+        kubelet = [f"--kubelet-node={realnode.NODE_NAME}"] if self.real_node else []
         self.spawn("podreaper", [sys.executable, str(REPO / "hack" / "podreaper.py"), f"--server={self.server}",
-                                 f"--pki={self.root / 'pki'}", f"--node-prefix={FAKE_NODE_PREFIX}"])
+                                 f"--pki={self.root / 'pki'}", *kubelet])
         self._spawn("kwok", [
             f"--kubeconfig={self.kubeconfig}",
             f"--config={STAGES}",

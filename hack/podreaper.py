@@ -14,7 +14,10 @@ deleted on a fake node with grace period 0 and the UID precondition, after dropp
 finalizers (as KWOK's stage did). Standard library only: it runs beside the cluster, from
 LocalCluster, with whatever Python started it.
 
-    python hack/podreaper.py --server URL --pki DIR --node-prefix kwok-
+    python hack/podreaper.py --server URL --pki DIR [--kubelet-node real-node-0]
+
+Every node but those a real kubelet runs (`--kubelet-node`) is a fake one: the cluster's own and
+those tests add (any name, the KWOK annotation), and one deleted already (its pods are orphans).
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ DELETE_OPTIONS = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSecon
 
 
 class Reaper:
-    def __init__(self, server: str, context: ssl.SSLContext, node_prefix: str) -> None:
-        self.server, self.context, self.node_prefix = server, context, node_prefix
+    def __init__(self, server: str, context: ssl.SSLContext, kubelet_nodes: set[str]) -> None:
+        self.server, self.context, self.kubelet_nodes = server, context, kubelet_nodes
         self.done: set[str] = set()  # uids already confirmed gone (a pod's later events repeat it)
         # Deletes in parallel, as KWOK's stage workers made them: a thousand pods deleted at once
         # (make bench) must not wait in one line. Two deletes of one pod are harmless (404, 409).
@@ -50,8 +53,8 @@ class Reaper:
     def handle(self, pod: dict[str, Any]) -> None:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         uid = meta.get("uid", "")
-        if (not meta.get("deletionTimestamp") or uid in self.done
-                or not str(spec.get("nodeName") or "").startswith(self.node_prefix)):
+        node = spec.get("nodeName")
+        if not meta.get("deletionTimestamp") or uid in self.done or not node or node in self.kubelet_nodes:
             return
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
         try:
@@ -104,11 +107,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", required=True)
     parser.add_argument("--pki", required=True, help="a folder with ca.crt, admin.crt and admin.key")
-    parser.add_argument("--node-prefix", required=True, help="the fake nodes' names start with this")
+    parser.add_argument("--kubelet-node", action="append", default=[], help="a node a real kubelet runs: not ours")
     args = parser.parse_args()
     context = ssl.create_default_context(cafile=f"{args.pki}/ca.crt")
     context.load_cert_chain(f"{args.pki}/admin.crt", f"{args.pki}/admin.key")
-    Reaper(args.server, context, args.node_prefix).run()
+    Reaper(args.server, context, set(args.kubelet_node)).run()
 
 
 if __name__ == "__main__":

@@ -5,12 +5,8 @@ in time and stops by itself. The quick ones also run in `make test`; the long on
 from __future__ import annotations
 
 import os
-import uuid
-from collections.abc import Iterator
 
 import pytest
-
-from support import Cluster, wait_namespace_ready
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -24,12 +20,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "chaos_full" in item.keywords:
             item.add_marker(skip)
-
-
-@pytest.fixture
-def chaos_namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"chaos-{uuid.uuid4().hex[:6]}"
-    cluster.core.create_namespace({"metadata": {"name": name}})
-    wait_namespace_ready(cluster, name)
-    yield name
-    cluster.core.delete_namespace(name)

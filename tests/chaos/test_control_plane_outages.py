@@ -46,21 +46,21 @@ class Outages(threading.Thread):
 
 @pytest.mark.chaos_full
 def test_etcd_paused_and_api_server_restarted(cluster: Cluster, operator: OperatorProcess,
-                                             chaos_namespace: str) -> None:
+                                             namespace: str) -> None:
     assert operator.proc is not None
     pid = operator.proc.pid
     todo = scripts(2)
     for s in todo:
         s.pause = random.uniform(0, 6)
-    recorder = PodRecorder(cluster, chaos_namespace).start()
+    recorder = PodRecorder(cluster, namespace).start()
     log_start = len(operator.log())
     outages = Outages(cluster)
     started = time.monotonic()
     try:
         for s in todo:
-            cluster.apply(s.manifest, chaos_namespace)
+            cluster.apply(s.manifest, namespace)
         outages.start()
-        run_scripts(cluster, chaos_namespace, todo, timeout=300)
+        run_scripts(cluster, namespace, todo, timeout=300)
         outages.join(timeout=120)
         time.sleep(2)
     finally:
@@ -69,6 +69,6 @@ def test_etcd_paused_and_api_server_restarted(cluster: Cluster, operator: Operat
     print(f"\n{len(todo)} jobs to their end in {time.monotonic() - started:.0f}s through: {'; '.join(outages.done)}")
     assert len(outages.done) == 2
     assert operator.proc.pid == pid and operator.proc.poll() is None, "the operator restarted"
-    check_outcome(cluster, chaos_namespace, todo, recorder)
+    check_outcome(cluster, namespace, todo, recorder)
     log = operator.log()[log_start:]
     assert "Traceback" not in log, log[log.index("Traceback") - 2000:log.index("Traceback") + 3000]

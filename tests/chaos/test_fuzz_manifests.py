@@ -72,8 +72,8 @@ def total_replicas(spec: Any) -> int:
 
 
 def test_fuzzed_manifests_are_refused_with_a_message_or_get_a_phase(
-        cluster: Cluster, operator: OperatorProcess, chaos_namespace: str) -> None:
-    ns = chaos_namespace
+        cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
+    ns = namespace
     log_start = len(operator.log())
     accepted: dict[str, dict[str, Any]] = {}
     refused: Counter[str] = Counter()

@@ -27,8 +27,8 @@ def running_pods(cluster: Cluster, ns: str, count: int) -> list[Any]:
 
 
 @pytest.mark.chaos_full
-def test_a_node_deleted_under_running_jobs(cluster: Cluster, operator: OperatorProcess, chaos_namespace: str) -> None:
-    ns = chaos_namespace
+def test_a_node_deleted_under_running_jobs(cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
+    ns = namespace
     jobs = {f"tf-{i}": tf_small(f"tf-{i}", workers=3) for i in range(4)}
     jobs |= {f"mpi-{i}": mpi_small(f"mpi-{i}", workers=2) for i in range(2)}
     jobs |= {f"never-{i}": job(f"never-{i}", {"tensorflow": {"worker": replica(3, "Never", cpu="100m")}})

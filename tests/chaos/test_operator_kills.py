@@ -55,7 +55,7 @@ COPIES = int(os.environ.get("DISTTRAIN_CHAOS_COPIES", "7"))  # 8 scripts each: 5
 
 
 @pytest.mark.chaos_full
-def test_operator_killed_at_random_moments(cluster: Cluster, operator: OperatorProcess, chaos_namespace: str) -> None:
+def test_operator_killed_at_random_moments(cluster: Cluster, operator: OperatorProcess, namespace: str) -> None:
     seed = int(os.environ.get("DISTTRAIN_CHAOS_SEED", str(random.randrange(1 << 30))))
     print(f"\nseed {seed} (DISTTRAIN_CHAOS_SEED={seed} replays the kill intervals)")
     rng = random.Random(seed)
@@ -63,14 +63,14 @@ def test_operator_killed_at_random_moments(cluster: Cluster, operator: OperatorP
     rng.shuffle(todo)
     for s in todo:
         s.pause = rng.uniform(0, 8)
-    recorder = PodRecorder(cluster, chaos_namespace).start()
+    recorder = PodRecorder(cluster, namespace).start()
     log_start = len(operator.log())
     started = time.monotonic()
     try:
         with Killer(operator, KILLS, rng) as killer:
             for s in todo:
-                cluster.apply(s.manifest, chaos_namespace)
-            run_scripts(cluster, chaos_namespace, todo, timeout=300)
+                cluster.apply(s.manifest, namespace)
+            run_scripts(cluster, namespace, todo, timeout=300)
             # The rest of the kills land on finished jobs: a new operator must leave them as they are.
             wait_for(lambda: killer.kills >= KILLS, KILLS * 4, f"{KILLS} kills")
         time.sleep(2)  # late pods of a wrong decision would show now
@@ -80,17 +80,17 @@ def test_operator_killed_at_random_moments(cluster: Cluster, operator: OperatorP
         recorder.stop()
     print(f"{len(todo)} jobs to their end in {time.monotonic() - started:.0f}s, the operator SIGKILLed "
           f"{killer.kills} times; {len(recorder.seen)} pods created")
-    check_outcome(cluster, chaos_namespace, todo, recorder)
+    check_outcome(cluster, namespace, todo, recorder)
     log = operator.log()[log_start:]
     assert "Traceback" not in log, log[log.index("Traceback") - 2000:log.index("Traceback") + 3000]
 
 
 def test_a_failure_written_just_before_a_crash_is_counted_once(cluster: Cluster, operator: OperatorProcess,
-                                                               chaos_namespace: str) -> None:
+                                                               namespace: str) -> None:
     """The window item 1 names, made on purpose: the operator's status write for a failure lands,
     the process dies before its deletes. The status is the one the operator computes (its pure
     reconcile, run here on the pods as they are); the next operator must not count it again."""
-    ns, name = chaos_namespace, "gap"
+    ns, name = namespace, "gap"
     cluster.apply(tf_small(name, workers=3), ns)
     pods = wait_pods_running(cluster, ns, name, 3)
     job = cluster.wait_phase(ns, name, "Running") and cluster.job(ns, name)
