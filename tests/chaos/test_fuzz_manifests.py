@@ -53,12 +53,19 @@ def outside_schema(draw: st.DrawFn, spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+good_names = st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True)
 names = st.one_of(
-    st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True),
+    good_names,
     st.integers(1, 253).map(lambda n: "n" * n),
     st.sampled_from(["UPPER", "ünïcode", "-dash", "dot.ted", "a" * 54, "a" * 55, "a" * 60]),
 )
-manifests = st.tuples(names, specs.flatmap(lambda s: st.one_of(st.just(s), outside_schema(s))))
+# Three kinds in equal parts, so that about half are accepted whatever the draw: the CI run of
+# 40 once drew 38 refusals from a single mix of odd names and odd fields, and tested little.
+manifests = st.one_of(
+    st.tuples(good_names, specs),
+    st.tuples(names, specs),
+    st.tuples(good_names, specs.flatmap(outside_schema)),
+)
 
 
 def total_replicas(spec: Any) -> int:
@@ -79,7 +86,8 @@ def test_fuzzed_manifests_are_refused_with_a_message_or_get_a_phase(
     refused: Counter[str] = Counter()
     seq = iter(range(1_000_000))
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    # The quick run (in make test) draws the same examples every time; make chaos draws new ones.
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=not FULL,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                      HealthCheck.data_too_large])
     @given(drawn=manifests)
@@ -106,10 +114,18 @@ def test_fuzzed_manifests_are_refused_with_a_message_or_get_a_phase(
 
     submit()
 
-    def phases() -> tuple[dict[str, dict[str, Any]]] | None:
+    def phases() -> tuple[dict[str, dict[str, Any]]]:
         items = cluster.custom.list_namespaced_custom_object("disttrain.dev", "v1", ns, "disttrainjobs")["items"]
         statuses = {j["metadata"]["name"]: j.get("status") or {} for j in items}
-        return (statuses,) if all(statuses.get(n, {}).get("phase") for n in accepted) else None
+        for gone in set(accepted) - set(statuses):
+            # A job that finished at once is deleted by its own ttlSecondsAfterFinished (0 to a few
+            # seconds): the operator wrote its phase first (its log says which), the list can't show it.
+            run_policy = accepted[gone]["spec"].get("runPolicy")
+            assert isinstance(run_policy, dict) and "ttlSecondsAfterFinished" in run_policy, f"{gone} vanished"
+            statuses[gone] = {"phase": "DeletedByTTL", "message": "ttlSecondsAfterFinished"}
+        no_phase = {n: accepted[n] for n in accepted if not statuses.get(n, {}).get("phase")}
+        assert not no_phase, f"{len(no_phase)} accepted jobs have no phase: {json.dumps(no_phase)[:3000]}"
+        return (statuses,)
     started = time.monotonic()
     (statuses,) = wait_for(phases, 120, "a phase on every accepted job", interval=1)
     assert len(accepted) >= EXAMPLES // 10, f"only {len(accepted)} of {EXAMPLES} accepted: the fuzz tests little"
