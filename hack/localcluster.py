@@ -77,6 +77,8 @@ class LocalCluster:
     # The API server's audit log (<root>/audit.log, one JSON event per request at Metadata level)
     # for these users only: what one client did, told apart from every component sharing admin.
     audit_users: tuple[str, ...] = ()
+    # ... and of every user in one of these groups (system:serviceaccounts: every pod's and token's).
+    audit_groups: tuple[str, ...] = ()
     processes: dict[str, int] = field(default_factory=dict)
     # The children this object started, kept so they are reaped (and Python doesn't warn).
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -240,6 +242,9 @@ class LocalCluster:
             # A namespace's annotations may pin its pods to nodes (a node selector and default
             # tolerations): how the real node's tests run the examples unchanged.
             "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
+            # A pod on a node that stopped answering is evicted 30 s after the node is marked
+            # (300 s by default): tests/chaos/test_node_lost.py makes a fake node go silent.
+            "--default-not-ready-toleration-seconds=30", "--default-unreachable-toleration-seconds=30",
             # Kubernetes' own gang scheduling (KEP-4671, alpha): the Workload and PodGroup API and
             # the pods' spec.schedulingGroup.
             f"--feature-gates={GANG_GATES}", "--runtime-config=scheduling.k8s.io/v1alpha2=true",
@@ -257,12 +262,15 @@ class LocalCluster:
         _wait_http(f"{self.server}/readyz", deadline, "kube-apiserver", ctx)
 
     def _audit_flags(self) -> list[str]:
-        if not self.audit_users:
+        if not self.audit_users and not self.audit_groups:
             return []
+        # One rule each: a rule naming both users and groups needs a request to match both.
+        rules = ([{"level": "Metadata", "users": list(self.audit_users)}] if self.audit_users else []) + (
+            [{"level": "Metadata", "userGroups": list(self.audit_groups)}] if self.audit_groups else [])
         policy = self.root / "audit-policy.yaml"
         policy.write_text(json.dumps({
             "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-            "rules": [{"level": "Metadata", "users": list(self.audit_users)}, {"level": "None"}]}))
+            "rules": [*rules, {"level": "None"}]}))
         return [f"--audit-policy-file={policy}", f"--audit-log-path={self.root / 'audit.log'}",
                 "--audit-log-maxsize=0", "--audit-log-mode=batch", "--audit-log-batch-max-wait=1s"]
 
@@ -287,7 +295,9 @@ class LocalCluster:
             # replicaset: the chart's operator Deployment.
             "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
             "endpointslice,endpoint,podgc,ttl,nodelifecycle,resourcequota,root-ca-cert-publisher,"
-            "persistentvolume-binder,deployment,replicaset,podgroup-protection-controller",
+            "persistentvolume-binder,deployment,replicaset,podgroup-protection-controller,"
+            # taint-eviction-controller: pods of a node marked unreachable are evicted.
+            "taint-eviction-controller",
             # podgroup-protection-controller lifts the finalizer every PodGroup gets once none
             # of its pods runs: without it a PodGroup is never deleted.
             "--feature-gates=GenericWorkload=true",
@@ -341,6 +351,13 @@ class LocalCluster:
             "status": {"capacity": capacity, "allocatable": capacity},
         }
         self.api("POST", "/api/v1/nodes", node)
+
+    def silence_node(self, i: int, silent: bool = True) -> None:
+        """Fake node `i` no longer KWOK's (no heartbeat: the node lifecycle controller marks it
+        unreachable and its pods are evicted), or KWOK's again (Ready again)."""
+        self.api("PATCH", f"/api/v1/nodes/{FAKE_NODE_PREFIX}{i}",
+                 {"metadata": {"annotations": {FAKE_NODE_ANNOTATION: "silent" if silent else "fake"}}},
+                 content_type="application/merge-patch+json")
 
     def _check_alive(self) -> None:
         dead = {name: child.returncode for name, child in self.children.items() if child.poll() is not None}

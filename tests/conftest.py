@@ -21,7 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support import Cluster, OperatorProcess, install_crd, wait_namespace_ready  # noqa: E402
+from support import Cluster, OperatorProcess, chart_identity, install_crd, wait_namespace_ready  # noqa: E402
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("after_all") is not None)  # stable: the rest keep their order
 
 
 def want_real_node() -> bool:
@@ -41,7 +45,11 @@ def cluster() -> Iterator[Cluster]:
         return
     from localcluster import LocalCluster
 
-    with LocalCluster(root=ROOT / ".cache" / "test-cluster", real_node=want_real_node()) as local:
+    root = ROOT / ".cache" / "test-cluster"
+    (root / "audit.log").unlink(missing_ok=True)  # this session's requests only
+    # Every ServiceAccount's requests are audited: the operator's, as the chart's account, are
+    # compared with what the chart grants at the end (tests/integration/test_rbac_audit.py).
+    with LocalCluster(root=root, real_node=want_real_node(), audit_groups=("system:serviceaccounts",)) as local:
         yield Cluster(kubeconfig=local.kubeconfig, local=local)
 
 
@@ -55,7 +63,8 @@ def crd(cluster: Cluster) -> Cluster:
 def operator(crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     # DISTTRAIN_OPERATOR_VERBOSE=1: the operator's debug log (every create and delete it makes).
     verbose = ("--verbose",) if os.environ.get("DISTTRAIN_OPERATOR_VERBOSE") else ()
-    proc = OperatorProcess(crd, tmp_path_factory.mktemp("operator") / "operator.log", verbose)
+    tmp = tmp_path_factory.mktemp("operator")
+    proc = OperatorProcess(chart_identity(crd, tmp), tmp / "operator.log", verbose)
     proc.start()
     yield proc
     proc.stop()

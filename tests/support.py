@@ -24,6 +24,12 @@ from kwokpods import finish_pod
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "crds" / "disttrainjobs.disttrain.dev.yaml"
+CHART = ROOT / "charts" / "disttrain-operator"
+HELM = ROOT / ".cache" / "bin" / "helm"
+# The session's operator runs as the chart's ServiceAccount (release "dt" in this namespace), so
+# that every test is also a test of the chart's RBAC (tests/integration/test_rbac_audit.py).
+OPERATOR_NAMESPACE = "disttrain-system"
+OPERATOR_SERVICE_ACCOUNT = "dt-disttrain-operator"
 T = TypeVar("T")
 
 
@@ -166,6 +172,39 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def helm(cluster: Cluster, *args: str) -> str:
+    result = subprocess.run([str(HELM), *args], capture_output=True, text=True, env=cluster.env(), timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def service_account_kubeconfig(cluster: Cluster, path: Path, namespace: str, service_account: str) -> Path:
+    """A kubeconfig with a token of `service_account` (TokenRequest, as the kubelet gets one for a
+    pod): the API server authenticates, authorizes and audits its requests as that account.
+    (Impersonation would not do for the audit: the policy is matched before impersonation.)"""
+    token = cluster.kubectl("create", "token", service_account, "--namespace", namespace,
+                            "--duration", "48h").stdout.strip()
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def chart_identity(cluster: Cluster, tmp: Path) -> Cluster:
+    """The chart's ServiceAccount and RBAC (not its Deployment) applied in OPERATOR_NAMESPACE, and
+    the cluster as seen with that account's token: what the chart's operator pod may do."""
+    cluster.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
+    rendered = helm(cluster, "template", "dt", str(CHART), "--namespace", OPERATOR_NAMESPACE,
+                    "--kube-version", "1.36.3", "--show-only", "templates/serviceaccount.yaml",
+                    "--show-only", "templates/rbac.yaml")
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=rendered)
+    kubeconfig = service_account_kubeconfig(cluster, tmp / "operator.kubeconfig", OPERATOR_NAMESPACE,
+                                            OPERATOR_SERVICE_ACCOUNT)
+    return Cluster(kubeconfig=kubeconfig, local=cluster.local)
 
 
 def install_crd(cluster: Cluster) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from disttrain import defaults
 from disttrain.spec import (
     CleanPodPolicy,
+    Egress,
     GangProvider,
     LauncherStart,
     MPIImplementation,
@@ -173,6 +174,24 @@ def run_policy_schema() -> Schema:
             "suspend": {"type": "boolean", "default": defaults.SUSPEND, "description":
                         "true: delete the job's pods and hold it in phase Suspended; false again: start afresh."},
             "scheduling": scheduling_schema(),
+            "networkPolicy": immutable(network_policy_schema(), "runPolicy.networkPolicy"),
+        },
+    }
+
+
+def network_policy_schema() -> Schema:
+    return {
+        "type": "object",
+        "description": "Opt-in network isolation: a NetworkPolicy <job>-peers, made before the pods, lets the "
+                       "job's pods accept connections only from each other. Present (even empty, {}) turns it "
+                       "on; add a NetworkPolicy of your own to let more in (policies add up). Enforced only by a "
+                       "network plugin that implements NetworkPolicy (Calico, Cilium, ...); elsewhere it is "
+                       "stored and does nothing.",
+        "properties": {
+            "egress": enum_field(
+                "Where the pods may connect. All: anywhere (datasets and checkpoints in object storage). "
+                "PeersAndDNS: only to each other and to DNS (port 53).", [e.value for e in Egress],
+                defaults.NETWORK_EGRESS),
         },
     }
 

@@ -16,6 +16,7 @@ BACKOFF_LIMIT = 3
 CLEAN_POD_POLICY = "Running"
 SUSPEND = False
 GANG_PROVIDER = "Auto"
+NETWORK_EGRESS = "All"
 # The schedulers' names a gang provider's pods get unless the job names one (their usual names:
 # scheduler-plugins' Helm chart installs this second scheduler; Volcano's is `volcano`).
 SCHEDULER_PLUGINS_SCHEDULER = "scheduler-plugins-scheduler"

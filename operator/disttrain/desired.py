@@ -3,7 +3,8 @@
 
 A pod is built in three layers: the common pod (`pods`), the framework's env and volumes
 (`tensorflow` or `mpi`), then scheduling's fields (`scheduling`). The supporting objects are
-the headless Service, the framework's own (MPI's hostfile ConfigMap and SSH Secret) and
+the headless Service, the framework's own (MPI's hostfile ConfigMap and SSH Secret), the opt-in
+NetworkPolicy and
 scheduling's (a gang's PodGroup, and Workload), all made before the first pod. `provider` is the gang
 provider the job's status records (None: no gang, or none chosen yet).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from disttrain import mpi, pods, scheduling, tensorflow
+from disttrain import mpi, network, pods, scheduling, tensorflow
 from disttrain.objects import JobRef, PodKey
 from disttrain.spec import GangProvider, JobSpec
 
@@ -43,4 +44,4 @@ def supporting_objects(
             raise ValueError("an MPI job's objects need its SSH keys")
         objects = [pods.headless_service(ref, mpi.service_port()),
                    *mpi.supporting_objects(ref, spec.mpi, ssh_keys, running_workers)]
-    return objects + scheduling.objects(ref, spec, provider)
+    return objects + network.policies(ref, spec) + scheduling.objects(ref, spec, provider)

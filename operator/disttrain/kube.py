@@ -25,7 +25,7 @@ _CORE_KINDS = {"Pod": "pod", "Service": "service", "ConfigMap": "config_map", "S
 # The other kinds it writes or reads (a gang's group, Kueue's Workload, flavors and priorities):
 # their plural resource names. ResourceFlavor and WorkloadPriorityClass are cluster-scoped.
 _PLURALS = {"Workload": "workloads", "PodGroup": "podgroups", "ResourceFlavor": "resourceflavors",
-            "WorkloadPriorityClass": "workloadpriorityclasses"}
+            "WorkloadPriorityClass": "workloadpriorityclasses", "NetworkPolicy": "networkpolicies"}
 APPLY_PATCH = "application/apply-patch+yaml"
 log = logging.getLogger(__name__)
 

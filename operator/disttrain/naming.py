@@ -15,6 +15,10 @@ def service_name(job: str) -> str:
     return job
 
 
+def network_policy_name(job: str) -> str:
+    return f"{job}-peers"
+
+
 def pod_fqdn(job: str, namespace: str, replica_type: str, index: int) -> str:
     """`<pod>.<job>.<ns>.svc`: resolvable through the headless Service because every pod
     sets hostname = its name and subdomain = the job's Service."""

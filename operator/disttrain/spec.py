@@ -43,6 +43,11 @@ class CleanPodPolicy(StrEnum):
     NONE = "None"
 
 
+class Egress(StrEnum):
+    ALL = "All"  # datasets and checkpoints in object storage, package mirrors: anywhere
+    PEERS_AND_DNS = "PeersAndDNS"
+
+
 class MPIImplementation(StrEnum):
     OPENMPI = "OpenMPI"
     INTELMPI = "IntelMPI"
@@ -118,6 +123,12 @@ class Scheduling:
 
 
 @dataclass(frozen=True)
+class NetworkIsolation:
+    """runPolicy.networkPolicy: the job's pods accept connections only from each other."""
+    egress: Egress = Egress(defaults.NETWORK_EGRESS)
+
+
+@dataclass(frozen=True)
 class RunPolicy:
     restart_scope: RestartScope
     backoff_limit: int = defaults.BACKOFF_LIMIT
@@ -126,6 +137,7 @@ class RunPolicy:
     clean_pod_policy: CleanPodPolicy = CleanPodPolicy(defaults.CLEAN_POD_POLICY)
     suspend: bool = defaults.SUSPEND
     scheduling: Scheduling = field(default_factory=Scheduling)
+    network_policy: NetworkIsolation | None = None  # None: no NetworkPolicy
 
 
 @dataclass(frozen=True)
@@ -206,7 +218,14 @@ def parse_run_policy(spec: Mapping[str, Any]) -> RunPolicy:
             queue=sched_raw.get("queue"),
             priority_class_name=sched_raw.get("priorityClassName"),
         ),
+        network_policy=parse_network_policy(run_raw.get("networkPolicy")),
     )
+
+
+def parse_network_policy(raw: Mapping[str, Any] | None) -> NetworkIsolation | None:
+    if raw is None:
+        return None
+    return NetworkIsolation(egress=Egress(raw.get("egress", defaults.NETWORK_EGRESS)))
 
 
 def parse_gang(raw: Mapping[str, Any] | None) -> Gang | None:

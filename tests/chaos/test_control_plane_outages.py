@@ -2,19 +2,26 @@
 
 The operator's watches break and its requests fail meanwhile; it must reconnect and catch up on
 its own, without restarting (same process), and every job must end as its script says with the
-pods it should have had."""
+pods it should have had. The same again with two replicas under leader election (the chart's
+Deployment): the leader keeps its Lease through the outage, or exits when it can't renew in time
+and comes back as a standby (its pod restarted, done here by the test); the Lease is never held
+by two at once, and the jobs end the same."""
 
 from __future__ import annotations
 
+import datetime
+import itertools
 import random
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from chaos_support import PodRecorder
 from scripts import check_outcome, run_scripts, scripts
 
-from support import Cluster, OperatorProcess, wait_for
+from support import OPERATOR_NAMESPACE, Cluster, OperatorProcess, wait_for
 
 ETCD_PAUSE = 10.0
 
@@ -72,3 +79,97 @@ def test_etcd_paused_and_api_server_restarted(cluster: Cluster, operator: Operat
     check_outcome(cluster, namespace, todo, recorder)
     log = operator.log()[log_start:]
     assert "Traceback" not in log, log[log.index("Traceback") - 2000:log.index("Traceback") + 3000]
+
+
+class Replicas(threading.Thread):
+    """Operator replicas restarted when they exit, as the kubelet restarts a Deployment's pods."""
+
+    def __init__(self, replicas: list[OperatorProcess]) -> None:
+        super().__init__(daemon=True)
+        self.replicas, self.restarts = replicas, 0
+        self.exits: list[tuple[int, float]] = []  # (replica, wall time)
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.2):
+            for i, replica in enumerate(self.replicas):
+                if replica.proc is not None and replica.proc.poll() is not None:
+                    self.exits.append((i, time.time()))
+                    self.restarts += 1
+                    replica.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()
+        for replica in self.replicas:
+            replica.stop()
+
+
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def log_times(log: Path, text: str) -> list[float]:
+    """Wall times of the log lines that contain `text`."""
+    times = []
+    for line in log.read_text(errors="replace").splitlines():
+        found = LOG_TIME.match(line)
+        if found and text in line:
+            moment = datetime.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            times.append(moment.timestamp())
+    return times
+
+
+def leaderships(replica: int, log: Path, exits: list[float]) -> list[tuple[float, float, int]]:
+    """(from, to, replica) for each time the replica held the Lease: from its "became the leader"
+    line to its "exiting" line, or its process's exit, or now."""
+    ends = sorted(log_times(log, ": exiting") + exits)
+    spans = []
+    for start in log_times(log, "became the leader"):
+        end = next((e for e in ends if e >= start), time.time())
+        spans.append((start, end, replica))
+    return spans
+
+
+@pytest.mark.chaos_full
+def test_two_replicas_through_the_same_outages(cluster: Cluster, operator: OperatorProcess, namespace: str,
+                                               tmp_path: Path) -> None:
+    operator.stop()  # the session's operator: not leader-elected, it must not act here
+    args = ("--leader-election", "--leader-election-namespace", OPERATOR_NAMESPACE, "--lease-name",
+            f"dt-{namespace}", "--lease-duration", "15")
+    logs = [tmp_path / f"replica-{i}.log" for i in range(2)]
+    # As the chart's ServiceAccount: its Role grants Leases in its own namespace only.
+    replicas = Replicas([OperatorProcess(operator.cluster, log, args) for log in logs])
+    todo = scripts(1)
+    for s in todo:
+        s.pause = random.uniform(0, 6)
+    recorder = PodRecorder(cluster, namespace).start()
+    outages = Outages(cluster)
+    started = time.monotonic()
+    try:
+        for replica in replicas.replicas:
+            replica.start()
+        replicas.start()
+        wait_for(lambda: any(log.exists() and "became the leader" in log.read_text() for log in logs), 60,
+                 "a leader")
+        for s in todo:
+            cluster.apply(s.manifest, namespace)
+        outages.start()
+        run_scripts(cluster, namespace, todo, timeout=300)
+        outages.join(timeout=120)
+        time.sleep(2)
+    finally:
+        recorder.stop()
+        replicas.stop()
+        operator.start()
+    assert outages.error is None, f"the outage itself failed: {outages.error!r}"
+    spans = sorted(span for i, log in enumerate(logs)
+                   for span in leaderships(i, log, [t for r, t in replicas.exits if r == i]))
+    print(f"\n{len(todo)} jobs to their end in {time.monotonic() - started:.0f}s with 2 replicas through: "
+          f"{'; '.join(outages.done)}; leaders in turn: {[r for _, _, r in spans]}, replicas restarted "
+          f"{replicas.restarts} times")
+    for (_, end, before), (start, _, after) in itertools.pairwise(spans):
+        assert start >= end, f"replica {after} led from {start:.3f} while replica {before} led until {end:.3f}"
+    check_outcome(cluster, namespace, todo, recorder)
+    for log in logs:
+        text = log.read_text(errors="replace")
+        assert "Traceback" not in text, text[text.index("Traceback") - 2000:text.index("Traceback") + 3000]

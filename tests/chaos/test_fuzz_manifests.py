@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
@@ -68,6 +68,35 @@ manifests = st.one_of(
 )
 
 
+def regression(worker_template: dict[str, Any], **run_policy: Any) -> tuple[str, dict[str, Any]]:
+    spec: dict[str, Any] = {"tensorflow": {"worker": {"replicas": 1, "template": worker_template}}}
+    if run_policy:
+        spec["runPolicy"] = run_policy
+    return "regression", spec
+
+
+TF = {"name": "tf", "image": "disttrain/tensorflow:2.21"}
+# Inputs that once went wrong, kept as fixed cases (run before the drawn ones, every time):
+REGRESSIONS = [
+    # a PriorityClass that doesn't exist: every pod create refused (403), retried with tracebacks
+    regression({"spec": {"containers": [TF]}}, scheduling={"priorityClassName": "no-such-class"}),
+    # templates the pod API refuses, accepted by the CRD and failed only later: no spec, no
+    # container, two containers of one name
+    regression({"metadata": {"labels": {"a": "b"}}}),
+    regression({"spec": {"containers": []}}),
+    regression({"spec": {"containers": [TF, TF]}}),
+    # failed at once (a fractional GPU) and deleted by its TTL before the test could see a phase
+    regression({"spec": {"containers": [{**TF, "resources": {"limits": {"nvidia.com/gpu": "500m"}}}]}},
+               ttlSecondsAfterFinished=0),
+]
+
+
+def with_regressions(test: Any) -> Any:
+    for case in REGRESSIONS:
+        test = example(drawn=case)(test)
+    return test
+
+
 def total_replicas(spec: Any) -> int:
     total = 0
     for framework in ("tensorflow", "mpi"):
@@ -91,6 +120,7 @@ def test_fuzzed_manifests_are_refused_with_a_message_or_get_a_phase(
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                      HealthCheck.data_too_large])
     @given(drawn=manifests)
+    @with_regressions
     def submit(drawn: tuple[str, dict[str, Any]]) -> None:
         raw_name, spec = drawn
         prefix = f"f{next(seq)}-"
@@ -131,7 +161,8 @@ def test_fuzzed_manifests_are_refused_with_a_message_or_get_a_phase(
     assert len(accepted) >= EXAMPLES // 10, f"only {len(accepted)} of {EXAMPLES} accepted: the fuzz tests little"
     outcomes = Counter(s["phase"] for s in statuses.values())
     failed_silently = {n: s for n, s in statuses.items() if s["phase"] == "Failed" and not s.get("message")}
-    print(f"\nfuzz: {EXAMPLES} generated, {sum(refused.values())} refused by the API server {dict(refused)}, "
+    print(f"\nfuzz: {EXAMPLES} generated and {len(REGRESSIONS)} fixed cases, {sum(refused.values())} refused "
+          f"by the API server {dict(refused)}, "
           f"{len(accepted)} accepted; phases {dict(outcomes)} within {time.monotonic() - started:.0f}s; "
           f"failed by the operator: {outcomes.get('Failed', 0)}; operator crashes: "
           f"{int(operator.proc is None or operator.proc.poll() is not None)}")

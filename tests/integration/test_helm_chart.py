@@ -1,6 +1,6 @@
 """The Helm chart: lint, server-side validation of several value sets, install, and proof that
-its RBAC is enough: the operator, run with a kubeconfig that impersonates the chart's
-ServiceAccount, takes a TensorFlow job and an MPI job to Succeeded."""
+its RBAC is enough: the operator, run with a token of the chart's ServiceAccount, takes a
+TensorFlow job and an MPI job to Succeeded."""
 
 from __future__ import annotations
 
@@ -16,10 +16,19 @@ import pytest
 import yaml
 
 from manifests import mpi_job, mwms_job
-from support import CRD_FILE, ROOT, Cluster, OperatorProcess, wait_for, wait_namespace_ready, wait_pods_running
+from support import (
+    CHART,
+    CRD_FILE,
+    HELM,
+    Cluster,
+    OperatorProcess,
+    helm,
+    service_account_kubeconfig,
+    wait_for,
+    wait_namespace_ready,
+    wait_pods_running,
+)
 
-CHART = ROOT / "charts" / "disttrain-operator"
-HELM = ROOT / ".cache" / "bin" / "helm"
 VALUE_SETS = {
     "defaults": [],
     "ha": ["--set", "replicaCount=2"],
@@ -28,12 +37,6 @@ VALUE_SETS = {
     "no-metrics": ["--set", "metrics.enabled=false", "--set", "serviceAccount.name=custom"],
     "dashboard": ["--set", "dashboard.enabled=true", "--set", "dashboard.annotations.grafana_folder=ML"],
 }
-
-
-def helm(cluster: Cluster, *args: str) -> str:
-    result = subprocess.run([str(HELM), *args], capture_output=True, text=True, env=cluster.env(), timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def test_chart_crd_is_the_same_as_crds_folder() -> None:
@@ -128,14 +131,6 @@ def test_helm_install_dry_runs_and_upgrade(crd: Cluster, installed: str) -> None
     assert replicas == "2"
 
 
-def impersonating_kubeconfig(cluster: Cluster, tmp: Path, namespace: str, service_account: str) -> Path:
-    config = yaml.safe_load(cluster.kubeconfig.read_text())
-    config["users"][0]["user"]["as"] = f"system:serviceaccount:{namespace}:{service_account}"
-    path = tmp / "impersonated.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 @pytest.fixture
 def installed(crd: Cluster, tmp_path: Path) -> Iterator[str]:
     release_ns = f"dt-{uuid.uuid4().hex[:6]}"
@@ -148,8 +143,8 @@ def installed(crd: Cluster, tmp_path: Path) -> Iterator[str]:
 def run_operator_as_chart(cluster: Cluster, tmp: Path, release_ns: str, *args: str) -> OperatorProcess:
     sa = "dt-disttrain-operator"
     assert cluster.core.read_namespaced_service_account(sa, release_ns)
-    impersonated = Cluster(kubeconfig=impersonating_kubeconfig(cluster, tmp, release_ns, sa))
-    operator = OperatorProcess(impersonated, tmp / "chart-operator.log", args)
+    as_chart = Cluster(kubeconfig=service_account_kubeconfig(cluster, tmp / "chart.kubeconfig", release_ns, sa))
+    operator = OperatorProcess(as_chart, tmp / "chart-operator.log", args)
     operator.start()
     return operator
 

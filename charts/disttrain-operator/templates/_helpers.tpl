@@ -61,6 +61,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [patch]
+# The opt-in NetworkPolicy (runPolicy.networkPolicy); get: whose policy holds the name.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, get]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]

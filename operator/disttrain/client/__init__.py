@@ -13,12 +13,24 @@
         dt.delete("mnist")
 """
 
-from disttrain.client.jobs import MPI, Container, Gang, Job, Replica, RunPolicy, Scheduling, Spec, TensorFlow
+from disttrain.client.jobs import (
+    MPI,
+    Container,
+    Gang,
+    Job,
+    NetworkPolicy,
+    Replica,
+    RunPolicy,
+    Scheduling,
+    Spec,
+    TensorFlow,
+)
 from disttrain.client.progress import JobStatus
 from disttrain.client.training import Client, JobError
 from disttrain.joblogs import JobNotFound, LogLine
 from disttrain.spec import (
     CleanPodPolicy,
+    Egress,
     GangProvider,
     LauncherStart,
     MPIImplementation,
@@ -28,7 +40,8 @@ from disttrain.spec import (
 )
 
 __all__ = [
-    "MPI", "CleanPodPolicy", "Client", "Container", "Gang", "GangProvider", "Job", "JobError", "JobNotFound",
-    "JobStatus", "LauncherStart", "LogLine", "MPIImplementation", "Replica", "RestartPolicy", "RestartScope",
+    "MPI", "CleanPodPolicy", "Client", "Container", "Egress", "Gang", "GangProvider", "Job", "JobError",
+    "JobNotFound", "JobStatus", "LauncherStart", "LogLine", "MPIImplementation", "NetworkPolicy", "Replica",
+    "RestartPolicy", "RestartScope",
     "RunPolicy", "Scheduling", "Spec", "SuccessPolicy", "TensorFlow",
 ]

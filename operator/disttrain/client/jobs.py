@@ -18,6 +18,7 @@ from typing import Any
 from disttrain.constants import API_VERSION, KIND
 from disttrain.spec import (
     CleanPodPolicy,
+    Egress,
     GangProvider,
     LauncherStart,
     MPIImplementation,
@@ -137,6 +138,13 @@ class Scheduling(_Object):
 
 
 @dataclass
+class NetworkPolicy(_Object):
+    """Present: the job's pods accept connections only from each other (a NetworkPolicy)."""
+
+    egress: Egress | None = None
+
+
+@dataclass
 class RunPolicy(_Object):
     backoff_limit: int | None = None
     restart_scope: RestartScope | None = None
@@ -145,6 +153,7 @@ class RunPolicy(_Object):
     clean_pod_policy: CleanPodPolicy | None = None
     suspend: bool | None = None
     scheduling: Scheduling | None = None
+    network_policy: NetworkPolicy | None = None
 
 
 @dataclass
