@@ -26,10 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 CRD_FILE = ROOT / "crds" / "disttrainjobs.disttrain.dev.yaml"
 CHART = ROOT / "charts" / "disttrain-operator"
 HELM = ROOT / ".cache" / "bin" / "helm"
-# The session's operator runs as the chart's ServiceAccount (release "dt" in this namespace), so
-# that every test is also a test of the chart's RBAC (tests/integration/test_rbac_audit.py).
+# The session's operator runs as the chart's ServiceAccount (release "session" in this namespace;
+# not "dt", which the chart's own tests install: its ClusterRoles would collide), so that every
+# test is also a test of the chart's RBAC (tests/integration/test_rbac_audit.py).
 OPERATOR_NAMESPACE = "disttrain-system"
-OPERATOR_SERVICE_ACCOUNT = "dt-disttrain-operator"
+OPERATOR_RELEASE = "session"
+OPERATOR_SERVICE_ACCOUNT = f"{OPERATOR_RELEASE}-disttrain-operator"
 T = TypeVar("T")
 
 
@@ -198,7 +200,7 @@ def chart_identity(cluster: Cluster, tmp: Path) -> Cluster:
     """The chart's ServiceAccount and RBAC (not its Deployment) applied in OPERATOR_NAMESPACE, and
     the cluster as seen with that account's token: what the chart's operator pod may do."""
     cluster.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
-    rendered = helm(cluster, "template", "dt", str(CHART), "--namespace", OPERATOR_NAMESPACE,
+    rendered = helm(cluster, "template", OPERATOR_RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
                     "--kube-version", "1.36.3", "--show-only", "templates/serviceaccount.yaml",
                     "--show-only", "templates/rbac.yaml")
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=rendered)

@@ -100,7 +100,10 @@ def _run(args: argparse.Namespace) -> int:
     from disttrain.kube import wait_for_crd
 
     asyncio.run(wait_for_crd(logging.getLogger("disttrain")))
-    memo = kopf.Memo(workers=args.workers)
+    # Namespaces named exactly (no glob): kopf need not list the cluster's namespaces to find
+    # them, which a namespaced install's Roles don't allow (each refused list retried for ~40 s).
+    exact = bool(args.namespace) and not any(set(ns) & set("*?[]!,") for ns in args.namespace)
+    memo = kopf.Memo(workers=args.workers, exact_namespaces=exact)
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,

@@ -49,6 +49,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.watching.server_timeout = 270
     settings.watching.client_timeout = 300
     settings.networking.request_timeout = 60
+    # The CRD is there (wait_for_crd, before kopf starts) and the namespaces are given by name:
+    # no scan of namespaces or resources, so no request the namespaced chart's Roles refuse.
+    settings.scanning.disabled = bool(memo.get("exact_namespaces"))
     controller = Controller(Kube(await new_api_client()), workers=int(memo.get("workers", 16)))
     controller.start()
     memo["controller"] = controller

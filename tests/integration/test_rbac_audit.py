@@ -24,7 +24,8 @@ import yaml
 
 from support import CHART, OPERATOR_NAMESPACE, ROOT, Cluster, helm
 
-# The chart's account in any release: dt-disttrain-operator here, disttrain-operator in e2e.
+# The chart's account in any release: session-disttrain-operator (the session's operator),
+# dt-disttrain-operator (test_helm_chart.py), disttrain-operator (the e2e tests' helm install).
 CHART_ACCOUNT = re.compile(r"system:serviceaccount:[^:]+:[a-z0-9-]*disttrain-operator")
 Grant = tuple[str, str, str]  # API group, resource[/subresource], verb
 
