@@ -242,9 +242,6 @@ class LocalCluster:
             # A namespace's annotations may pin its pods to nodes (a node selector and default
             # tolerations): how the real node's tests run the examples unchanged.
             "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
-            # A pod on a node that stopped answering is evicted 30 s after the node is marked
-            # (300 s by default): tests/chaos/test_node_lost.py makes a fake node go silent.
-            "--default-not-ready-toleration-seconds=30", "--default-unreachable-toleration-seconds=30",
             # Kubernetes' own gang scheduling (KEP-4671, alpha): the Workload and PodGroup API and
             # the pods' spec.schedulingGroup.
             f"--feature-gates={GANG_GATES}", "--runtime-config=scheduling.k8s.io/v1alpha2=true",
@@ -295,9 +292,7 @@ class LocalCluster:
             # replicaset: the chart's operator Deployment.
             "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
             "endpointslice,endpoint,podgc,ttl,nodelifecycle,resourcequota,root-ca-cert-publisher,"
-            "persistentvolume-binder,deployment,replicaset,podgroup-protection-controller,"
-            # taint-eviction-controller: pods of a node marked unreachable are evicted.
-            "taint-eviction-controller",
+            "persistentvolume-binder,deployment,replicaset,podgroup-protection-controller",
             # podgroup-protection-controller lifts the finalizer every PodGroup gets once none
             # of its pods runs: without it a PodGroup is never deleted.
             "--feature-gates=GenericWorkload=true",
@@ -351,13 +346,6 @@ class LocalCluster:
             "status": {"capacity": capacity, "allocatable": capacity},
         }
         self.api("POST", "/api/v1/nodes", node)
-
-    def silence_node(self, i: int, silent: bool = True) -> None:
-        """Fake node `i` no longer KWOK's (no heartbeat: the node lifecycle controller marks it
-        unreachable and its pods are evicted), or KWOK's again (Ready again)."""
-        self.api("PATCH", f"/api/v1/nodes/{FAKE_NODE_PREFIX}{i}",
-                 {"metadata": {"annotations": {FAKE_NODE_ANNOTATION: "silent" if silent else "fake"}}},
-                 content_type="application/merge-patch+json")
 
     def _check_alive(self) -> None:
         dead = {name: child.returncode for name, child in self.children.items() if child.poll() is not None}

@@ -130,8 +130,8 @@ class LeaseElector:
                     continue
                 log.error("lost Lease %s/%s to another replica: exiting", self.namespace, self.name)
                 return
-            except Exception:
-                log.warning("renewing Lease %s/%s failed", self.namespace, self.name, exc_info=True)
+            except Exception as err:  # the API server restarting or unreachable: retried below
+                log.warning("renewing Lease %s/%s failed: %s: %s", self.namespace, self.name, type(err).__name__, err)
                 if self.clock.now() - last_renewed < datetime.timedelta(seconds=self.duration * 2 / 3):
                     continue
                 log.error("could not renew Lease %s/%s in time: exiting", self.namespace, self.name)

@@ -9,8 +9,12 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+import aiohttp
+
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
+# Failures of the connection, not of our code: the API server restarted, paused or unreachable.
+TRANSIENT = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
 
 class WorkQueue(Generic[K]):
@@ -81,11 +85,17 @@ class WorkQueue(Generic[K]):
                 requeue = await self._handle(key)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as err:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
                 delay = min(self._max_delay, self._base_delay * 2 ** (failures - 1))
-                log.exception("reconciling %s failed (attempt %d); retrying in %.1fs", key, failures, delay)
+                if isinstance(err, TRANSIENT):
+                    # The API server restarting or unreachable: one line, not a traceback (the
+                    # chaos outage tests read the log for tracebacks of real bugs).
+                    log.warning("reconciling %s failed (attempt %d): %s: %s; retrying in %.1fs", key, failures,
+                                type(err).__name__, err, delay)
+                else:
+                    log.exception("reconciling %s failed (attempt %d); retrying in %.1fs", key, failures, delay)
                 self.add_after(key, delay)
             else:
                 self._failures.pop(key, None)
