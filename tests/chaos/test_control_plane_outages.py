@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from chaos_support import PodRecorder
-from scripts import check_outcome, run_scripts, scripts
+from scripts import Script, check_outcome, run_scripts, scripts
 
 from support import OPERATOR_NAMESPACE, Cluster, OperatorProcess, wait_for
 
@@ -51,18 +51,14 @@ class Outages(threading.Thread):
             self.error = err
 
 
-@pytest.mark.chaos_full
-def test_etcd_paused_and_api_server_restarted(cluster: Cluster, operator: OperatorProcess,
-                                             namespace: str) -> None:
-    assert operator.proc is not None
-    pid = operator.proc.pid
-    todo = scripts(2)
+def through_outages(cluster: Cluster, namespace: str, rounds: int) -> tuple[list[Script], PodRecorder, Outages]:
+    """Scripted jobs applied, the outages made while they run, and every job run to its end; every
+    pod create recorded on the way."""
+    todo = scripts(rounds)
     for s in todo:
         s.pause = random.uniform(0, 6)
     recorder = PodRecorder(cluster, namespace).start()
-    log_start = len(operator.log())
     outages = Outages(cluster)
-    started = time.monotonic()
     try:
         for s in todo:
             cluster.apply(s.manifest, namespace)
@@ -73,6 +69,17 @@ def test_etcd_paused_and_api_server_restarted(cluster: Cluster, operator: Operat
     finally:
         recorder.stop()
     assert outages.error is None, f"the outage itself failed: {outages.error!r}"
+    return todo, recorder, outages
+
+
+@pytest.mark.chaos_full
+def test_etcd_paused_and_api_server_restarted(cluster: Cluster, operator: OperatorProcess,
+                                             namespace: str) -> None:
+    assert operator.proc is not None
+    pid = operator.proc.pid
+    log_start = len(operator.log())
+    started = time.monotonic()
+    todo, recorder, outages = through_outages(cluster, namespace, 2)
     print(f"\n{len(todo)} jobs to their end in {time.monotonic() - started:.0f}s through: {'; '.join(outages.done)}")
     assert len(outages.done) == 2
     assert operator.proc.pid == pid and operator.proc.poll() is None, "the operator restarted"
@@ -139,11 +146,6 @@ def test_two_replicas_through_the_same_outages(cluster: Cluster, operator: Opera
     logs = [tmp_path / f"replica-{i}.log" for i in range(2)]
     # As the chart's ServiceAccount: its Role grants Leases in its own namespace only.
     replicas = Replicas([OperatorProcess(operator.cluster, log, args) for log in logs])
-    todo = scripts(1)
-    for s in todo:
-        s.pause = random.uniform(0, 6)
-    recorder = PodRecorder(cluster, namespace).start()
-    outages = Outages(cluster)
     started = time.monotonic()
     try:
         for replica in replicas.replicas:
@@ -151,17 +153,10 @@ def test_two_replicas_through_the_same_outages(cluster: Cluster, operator: Opera
         replicas.start()
         wait_for(lambda: any(log.exists() and "became the leader" in log.read_text() for log in logs), 60,
                  "a leader")
-        for s in todo:
-            cluster.apply(s.manifest, namespace)
-        outages.start()
-        run_scripts(cluster, namespace, todo, timeout=300)
-        outages.join(timeout=120)
-        time.sleep(2)
+        todo, recorder, outages = through_outages(cluster, namespace, 1)
     finally:
-        recorder.stop()
         replicas.stop()
         operator.start()
-    assert outages.error is None, f"the outage itself failed: {outages.error!r}"
     spans = sorted(span for i, log in enumerate(logs)
                    for span in leaderships(i, log, [t for r, t in replicas.exits if r == i]))
     print(f"\n{len(todo)} jobs to their end in {time.monotonic() - started:.0f}s with 2 replicas through: "

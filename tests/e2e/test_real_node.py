@@ -31,6 +31,7 @@ pytestmark = pytest.mark.e2e
 HELM = ROOT / ".cache" / "bin" / "helm"
 EXAMPLES = ROOT / "examples"
 TIMINGS = ROOT / ".cache" / "e2e-timings.json"
+LAST_LINES = ROOT / ".cache" / "e2e-last-lines"
 Follow = Callable[[str, list[Any]], dict[str, LogFollower]]
 
 
@@ -110,8 +111,9 @@ def running_pods(cluster: Cluster, ns: str, job: str, count: int, timeout: float
 
 
 @pytest.fixture
-def follow(cluster: Cluster) -> Iterator[Callable[[str, list[Any]], dict[str, LogFollower]]]:
-    """Follow pods' logs; every follower is stopped when the test ends, pass or fail."""
+def follow(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Follow]:
+    """Follow pods' logs; every follower is stopped when the test ends, pass or fail, and the last
+    lines of each pod are kept in .cache/e2e-last-lines/<test>.txt (what a run's report quotes)."""
     followers: list[LogFollower] = []
 
     def start(ns: str, pods: list[Any]) -> dict[str, LogFollower]:
@@ -121,6 +123,9 @@ def follow(cluster: Cluster) -> Iterator[Callable[[str, list[Any]], dict[str, Lo
     yield start
     for follower in followers:
         follower.stop()
+    LAST_LINES.mkdir(parents=True, exist_ok=True)
+    (LAST_LINES / f"{request.node.name}.txt").write_text(
+        "".join(f"--- {f.pod}\n" + "".join(f"{line}\n" for line in f.lines[-4:]) for f in followers))
 
 
 def record_timing(name: str, seconds: float) -> None:
@@ -130,10 +135,11 @@ def record_timing(name: str, seconds: float) -> None:
 
 
 def finish(cluster: Cluster, ns: str, job: str, started: float, logs: dict[str, LogFollower],
-           timeout: float = 600) -> dict[str, Any]:
+           timeout: float = 600, timing: str | None = None) -> dict[str, Any]:
+    """`timing`: the name the run's time is kept under (default: the job's)."""
     status = wait_for(lambda: (s := cluster.job_status(ns, job)).get("phase") in ("Succeeded", "Failed") and s,
                       timeout, f"{job} to finish", interval=1)
-    record_timing(job, time.monotonic() - started)
+    record_timing(timing or job, time.monotonic() - started)
     tails = "\n".join(f"--- {name}\n" + "\n".join(f.lines[-30:]) for name, f in logs.items())
     assert status["phase"] == "Succeeded", f"{status.get('message')}\n{tails}"
     return status
@@ -185,7 +191,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint(cluster: Cluster, job_names
                       and not old & {p.metadata.uid for p in pods} and pods, 180, "the job restarted with new pods")
     resumed = follow(job_namespace, second)
     start = resumed["mnist-mwms-worker-0"].wait_event(lambda e: e.get("event") == "start", "where training starts")
-    status = finish(cluster, job_namespace, "mnist-mwms", started, resumed)
+    status = finish(cluster, job_namespace, "mnist-mwms", started, resumed, timing="mnist-mwms, killed and resumed")
     assert start["resumed"] and start["epoch"] >= 2, start
     (tmp_path.parent / "resumed-at.json").write_text(json.dumps(start))
     assert status["restarts"] == 1

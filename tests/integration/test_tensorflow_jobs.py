@@ -56,6 +56,10 @@ def test_ps_job_succeeds_and_ps_evaluator_are_deleted(cluster: Cluster, namespac
     assert status["replicaStatuses"]["ps"] == {"active": 2, "ready": 2, "succeeded": 0, "failed": 0}
     for i in range(3):
         cluster.finish_pod(namespace, f"psjob-worker-{i}", 0)
+    # The fake kubelet ends a container a moment after it is told to: a worker still Running when
+    # the chief's success decides the job is one cleanPodPolicy Running deletes (as it should).
+    wait_for(lambda: all(p.status.phase == "Succeeded" for p in cluster.pods(namespace, "disttrain.dev/job-name=psjob")
+                         if "-worker-" in p.metadata.name), 30, "the workers Succeeded")
     cluster.finish_pod(namespace, "psjob-chief-0", 0)
     cluster.wait_phase(namespace, "psjob", "Succeeded")
     wait_for(lambda: not [n for n in pod_names(cluster, namespace, "psjob") if "-ps-" in n or "-evaluator-" in n],
