@@ -23,6 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from disttrain.clock import Clock, SystemClock
 from disttrain.kube import new_api_client
 from disttrain.status import parse_timestamp
+from disttrain.workqueue import TRANSIENT
 
 log = logging.getLogger(__name__)
 MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -113,6 +114,8 @@ class LeaseElector:
                     return
             except ApiException as err:
                 log.warning("leader election: %s", err.reason)
+            except TRANSIENT as err:  # the API server restarting or unreachable: a standby waits it out
+                log.warning("leader election: %s: %s", type(err).__name__, err)
             if not announced:
                 log.info("standing by: another replica holds Lease %s/%s", self.namespace, self.name)
                 announced = True

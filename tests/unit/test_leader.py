@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import pytest
 from fakes import FakeClock, FakeLeases
 
 from disttrain.leader import LeaseElector
@@ -62,3 +64,25 @@ def test_keep_returns_once_another_replica_holds_the_lease() -> None:
         assert await b.try_hold(leases)
         await asyncio.wait_for(a.keep(leases), timeout=5)  # returns: the caller then exits the process
     asyncio.run(scenario())
+
+
+class UnreachableAtFirst(FakeLeases):
+    """The API server restarting: the first reads are refused at the socket."""
+
+    refusals: int = 2
+
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.refusals:
+            self.refusals -= 1
+            raise ConnectionRefusedError(111, "Connect call failed")
+        return await super().read(namespace, name)
+
+
+def test_a_standby_waits_out_an_unreachable_api_server(caplog: pytest.LogCaptureFixture) -> None:
+    leases = UnreachableAtFirst()
+    a, _ = electors(FakeClock())
+    asyncio.run(a.acquire(leases, retry_seconds=0))
+    assert leases.leases[("ops", "disttrain")]["spec"]["holderIdentity"] == "a"
+    warnings = [r.getMessage() for r in caplog.records if "leader election" in r.getMessage()]
+    assert len(warnings) == 2 and "ConnectionRefusedError" in warnings[0]
+    assert not [r for r in caplog.records if r.exc_info], "one line each, no traceback"
