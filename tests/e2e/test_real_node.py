@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from support import ROOT, Cluster, LogFollower, OperatorProcess, wait_for, wait_namespace_ready
+from support import ROOT, Cluster, LogFollower, OperatorProcess, wait_for, wait_namespace_ready, wait_pods_running
 
 pytestmark = pytest.mark.e2e
 HELM = ROOT / ".cache" / "bin" / "helm"
@@ -103,13 +103,6 @@ def yaml_replicas(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in framework.values() if isinstance(r, dict) and "template" in r]
 
 
-def running_pods(cluster: Cluster, ns: str, job: str, count: int, timeout: float = 180) -> list[Any]:
-    def running() -> list[Any] | None:
-        pods = [p for p in cluster.pods(ns, f"disttrain.dev/job-name={job}") if not p.metadata.deletion_timestamp]
-        return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
-    return wait_for(running, timeout, f"{count} running pods of {job}", interval=0.5)
-
-
 def running_with(cluster: Cluster, ns: str, job: str, needed: set[str], timeout: float = 180) -> list[Any]:
     """The job's pods Running now, once every pod in `needed` is one of them: for a job whose
     deciding pod needs no other to be up (TF1's worker 0 trains through the ps alone; the ps
@@ -175,7 +168,7 @@ def test_the_operator_runs_from_its_image_under_the_charts_security_context(clus
 def test_multi_worker_mirrored(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
     started = time.monotonic()
     apply_example(cluster, job_namespace, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path)
-    logs = follow(job_namespace, running_pods(cluster, job_namespace, "mnist-mwms", 2))
+    logs = follow(job_namespace, wait_pods_running(cluster, job_namespace, "mnist-mwms", 2, timeout=180))
     status = finish(cluster, job_namespace, "mnist-mwms", started, logs)
     done = {name: f.wait_event(lambda e: e.get("event") == "done", "the final line") for name, f in logs.items()}
     assert len({d["weights_sha256"] for d in done.values()}) == 1, f"workers disagree: {done}"
@@ -192,7 +185,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint(cluster: Cluster, job_names
     # Long enough that the kill lands mid-training.
     apply_example(cluster, job_namespace, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path,
                   env={"TRAIN_STEPS": "3000", "EPOCHS": "6"})
-    first = running_pods(cluster, job_namespace, "mnist-mwms", 2)
+    first = wait_pods_running(cluster, job_namespace, "mnist-mwms", 2, timeout=180)
     logs = follow(job_namespace, first)
     logs["mnist-mwms-worker-1"].wait_event(lambda e: e.get("event") == "epoch_end" and e["epoch"] >= 1,
                                            "two finished epochs")
@@ -200,7 +193,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint(cluster: Cluster, job_names
     os.kill(realnode.container_pid(victim.status.container_statuses[0].container_id), signal.SIGKILL)
 
     old = {p.metadata.uid for p in first}
-    second = wait_for(lambda: (pods := running_pods(cluster, job_namespace, "mnist-mwms", 2))
+    second = wait_for(lambda: (pods := wait_pods_running(cluster, job_namespace, "mnist-mwms", 2, timeout=180))
                       and not old & {p.metadata.uid for p in pods} and pods, 180, "the job restarted with new pods")
     resumed = follow(job_namespace, second)
     start = resumed["mnist-mwms-worker-0"].wait_event(lambda e: e.get("event") == "start", "where training starts")
