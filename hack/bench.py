@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
@@ -46,6 +47,7 @@ from bench_observe import (  # noqa: E402
 )
 from bench_plain import PlainClient  # noqa: E402
 from bench_report import write_results  # noqa: E402
+from kwokpods import ended_otherwise  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 
 RESULTS = REPO / "bench"
@@ -216,7 +218,11 @@ class Bench:
 
     def finisher(self, ns: str, pod: str, annotation: str) -> Any:
         async def go() -> None:
-            await self.core.patch_namespaced_pod(pod, ns, {"metadata": {"annotations": {annotation: "0"}}})
+            try:
+                await self.core.patch_namespaced_pod(pod, ns, {"metadata": {"annotations": {annotation: "0"}}})
+            except ApiException as err:  # a pod the operator already removed has ended: see kwokpods
+                if not ended_otherwise(err.status, with_uid=False):
+                    raise
         return go
 
     async def until_phase(self, ns: str, names: list[str], phase: str) -> None:
@@ -338,7 +344,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the same scenarios, small: under 5 minutes")
     parser.add_argument("--profile", action="store_true",
-                        help="record the operator with py-spy (pip install py-spy) into bench/profile.txt")
+                        help="record the operator with py-spy (pip install py-spy) into bench/profile.raw")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     size = QUICK if args.quick else FULL

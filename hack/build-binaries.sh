@@ -74,19 +74,23 @@ if need "$etcd_bin"; then
 fi
 
 # go install puts a module's command in GOBIN; one folder per version keeps them apart.
-install_tool() { # name module version
+install_tool() { # name module version [go build flags]
   local dir=$BIN_ROOT/$1-$3
   if need "$dir/$1"; then
-    GOBIN=$dir.tmp go install -ldflags "-s -w" "$2@$3"
+    GOBIN=$dir.tmp go install -ldflags "-s -w" "${@:4}" "$2@$3"
     rm -rf "$dir"; mv "$dir.tmp" "$dir"
   fi
 }
 install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+# Prometheus with static targets only: remove_all_sd leaves out every cloud's service discovery
+# (most of its module graph); its HTTP API, which the dashboard test queries, is all there.
+install_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "$PROMETHEUS_VERSION" -tags remove_all_sd
 
 for cmd in "${commands[@]}"; do ln -sfn "$k8s_dir/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$etcd_bin" "$BIN_ROOT/etcd"
 ln -sfn "$vc_dir/vc-scheduler" "$BIN_ROOT/vc-scheduler"
 ln -sfn "$BIN_ROOT/kwok-$KWOK_VERSION/kwok" "$BIN_ROOT/kwok"
 ln -sfn "$BIN_ROOT/helm-$HELM_VERSION/helm" "$BIN_ROOT/helm"
+ln -sfn "$BIN_ROOT/prometheus-$PROMETHEUS_VERSION/prometheus" "$BIN_ROOT/prometheus"
 echo "local cluster binaries ready in $BIN_ROOT" >&2

@@ -19,6 +19,12 @@ from kubernetes.client.exceptions import ApiException
 EXIT_CODE_ANNOTATION = "kwok.disttrain.dev/exit-code"
 
 
+def ended_otherwise(status: int, with_uid: bool) -> bool:
+    """Whether an API error on the exit-code patch means the pod had already ended: deleted (404),
+    being deleted (409), or replaced by a newer pod of its name (422 on the uid, when one was sent)."""
+    return status in (404, 409) or (with_uid and status == 422)
+
+
 def finish_pod(core: Any, namespace: str, name: str, exit_code: int, uid: str | None = None) -> bool:
     """Make the pod's containers exit with `exit_code`. True if that will be the pod's end;
     False if the pod had already ended otherwise: deleted (404), being deleted, or (with `uid`)
@@ -34,7 +40,7 @@ def finish_pod(core: Any, namespace: str, name: str, exit_code: int, uid: str | 
     try:
         pod = core.patch_namespaced_pod(name, namespace, {"metadata": metadata})
     except ApiException as err:
-        if err.status in (404, 409) or (uid is not None and err.status == 422):
+        if ended_otherwise(err.status, uid is not None):
             return False
         raise
     return pod.metadata.deletion_timestamp is None

@@ -292,7 +292,11 @@ class LocalCluster:
             # replicaset: the chart's operator Deployment.
             "--controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,"
             "endpointslice,endpoint,podgc,ttl,nodelifecycle,resourcequota,root-ca-cert-publisher,"
-            "persistentvolume-binder,deployment,replicaset,podgroup-protection-controller",
+            "persistentvolume-binder,deployment,replicaset,podgroup-protection-controller,"
+            # taint-eviction-controller: the pods of a node marked unreachable are evicted once their
+            # toleration runs out (300 s, the API server's default; tests/chaos/test_node_lost.py
+            # gives its own pods 5 s).
+            "taint-eviction-controller",
             # podgroup-protection-controller lifts the finalizer every PodGroup gets once none
             # of its pods runs: without it a PodGroup is never deleted.
             "--feature-gates=GenericWorkload=true",
@@ -346,6 +350,13 @@ class LocalCluster:
             "status": {"capacity": capacity, "allocatable": capacity},
         }
         self.api("POST", "/api/v1/nodes", node)
+
+    def silence_node(self, i: int, silent: bool = True) -> None:
+        """Fake node `i` no longer KWOK's (no heartbeat: after its grace period the node lifecycle
+        controller marks it unreachable and taints it), or KWOK's again (Ready again)."""
+        self.api("PATCH", f"/api/v1/nodes/{FAKE_NODE_PREFIX}{i}",
+                 {"metadata": {"annotations": {FAKE_NODE_ANNOTATION: "silent" if silent else "fake"}}},
+                 content_type="application/merge-patch+json")
 
     def _check_alive(self) -> None:
         dead = {name: child.returncode for name, child in self.children.items() if child.poll() is not None}

@@ -21,7 +21,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support import Cluster, OperatorProcess, chart_identity, install_crd, wait_namespace_ready  # noqa: E402
+from support import TIMED, Cluster, OperatorProcess, chart_identity, install_crd, wait_namespace_ready  # noqa: E402
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The times the tests measured (gang binding, Kueue admission, e2e jobs), in CI's log too."""
+    if TIMED:
+        terminalreporter.section("measured")
+        for line in TIMED:
+            terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

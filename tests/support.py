@@ -196,6 +196,32 @@ def service_account_kubeconfig(cluster: Cluster, path: Path, namespace: str, ser
     return path
 
 
+TIMED: list[str] = []  # this run's timings, printed at the end of the run (conftest.py)
+
+
+def record_timing(kind: str, name: str, seconds: float) -> None:
+    """A measured time, for the closing notes and README: printed (`pytest -s`, CI's log) and kept in
+    `.cache/<kind>-timings.json` across runs."""
+    path = ROOT / ".cache" / f"{kind}-timings.json"
+    timings = json.loads(path.read_text()) if path.exists() else {}
+    timings[name] = round(seconds, 2)
+    path.write_text(json.dumps(timings, indent=2))
+    TIMED.append(f"{kind}: {name}: {seconds:.2f}s")
+
+
+def rendered_dashboard() -> dict[str, Any]:
+    """The Grafana dashboard as the chart renders it offline (`dashboard.enabled=true`), checked to
+    be the one ConfigMap with the label Grafana's sidecar looks for."""
+    result = subprocess.run([str(HELM), "template", "dt", str(CHART), "--set", "dashboard.enabled=true"],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "KUBECONFIG": "/nonexistent"})
+    assert result.returncode == 0, result.stderr
+    maps = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "ConfigMap"]
+    assert len(maps) == 1 and maps[0]["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard: dict[str, Any] = json.loads(maps[0]["data"]["disttrain.json"])
+    return dashboard
+
+
 def chart_identity(cluster: Cluster, tmp: Path) -> Cluster:
     """The chart's ServiceAccount and RBAC (not its Deployment) applied in OPERATOR_NAMESPACE, and
     the cluster as seen with that account's token: what the chart's operator pod may do."""

@@ -17,7 +17,7 @@ from disttrain.passes import Pass
 from disttrain.plan import WorkloadOp
 from disttrain.queueing import ObservedWorkload
 from disttrain.reasons import Reason
-from disttrain.status import Phase, timestamp
+from disttrain.status import Phase, set_condition, timestamp
 
 
 def hold_in_queue(p: Pass) -> bool:
@@ -52,7 +52,12 @@ def queued(p: Pass, detail: str) -> bool:
     if p.phase is not Phase.QUEUED:
         p.move(Phase.QUEUED, Reason.QUEUED, message)
     elif p.plan.status.get("message") != message:
+        # Kueue's reason changes while the job waits (its scheduler tries the Workload after it
+        # is made): the Queued condition says what the message says, as `kubectl describe` shows it.
         p.plan.status["message"] = message
+        p.plan.status["conditions"] = set_condition(list(p.plan.status.get("conditions") or []), "Queued", True,
+                                                    p.plan.status.get("reason", Reason.QUEUED), message,
+                                                    timestamp(p.now))
     return True
 
 

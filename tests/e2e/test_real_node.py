@@ -25,12 +25,20 @@ from typing import Any
 import pytest
 import yaml
 
-from support import ROOT, Cluster, LogFollower, OperatorProcess, wait_for, wait_namespace_ready, wait_pods_running
+from support import (
+    ROOT,
+    Cluster,
+    LogFollower,
+    OperatorProcess,
+    record_timing,
+    wait_for,
+    wait_namespace_ready,
+    wait_pods_running,
+)
 
 pytestmark = pytest.mark.e2e
 HELM = ROOT / ".cache" / "bin" / "helm"
 EXAMPLES = ROOT / "examples"
-TIMINGS = ROOT / ".cache" / "e2e-timings.json"
 LAST_LINES = ROOT / ".cache" / "e2e-last-lines"
 Follow = Callable[[str, list[Any]], dict[str, LogFollower]]
 
@@ -134,18 +142,12 @@ def follow(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Follow]
         "".join(f"--- {f.pod}\n" + "".join(f"{line}\n" for line in f.lines[-4:]) for f in followers))
 
 
-def record_timing(name: str, seconds: float) -> None:
-    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
-    timings[name] = round(seconds, 1)
-    TIMINGS.write_text(json.dumps(timings, indent=2))
-
-
 def finish(cluster: Cluster, ns: str, job: str, started: float, logs: dict[str, LogFollower],
            timeout: float = 600, timing: str | None = None) -> dict[str, Any]:
     """`timing`: the name the run's time is kept under (default: the job's)."""
     status = wait_for(lambda: (s := cluster.job_status(ns, job)).get("phase") in ("Succeeded", "Failed") and s,
                       timeout, f"{job} to finish", interval=1)
-    record_timing(timing or job, time.monotonic() - started)
+    record_timing("e2e", timing or job, time.monotonic() - started)
     tails = "\n".join(f"--- {name}\n" + "\n".join(f.lines[-30:]) for name, f in logs.items())
     assert status["phase"] == "Succeeded", f"{status.get('message')}\n{tails}"
     return status

@@ -10,7 +10,6 @@ then lifts the gates.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,11 +19,10 @@ from typing import Any
 import pytest
 
 from manifests import mpi_job, replica, tf_job
-from support import ROOT, Cluster, wait_for
+from support import Cluster, record_timing, wait_for
 
 pytestmark = pytest.mark.usefixtures("operator")
 PROVIDERS = ["Kubernetes", "SchedulerPlugins", "Volcano"]
-TIMINGS = ROOT / ".cache" / "gang-timings.json"
 
 
 @pytest.fixture
@@ -80,12 +78,6 @@ def judged(cluster: Cluster, ns: str, job: str, count: int) -> bool:
     return len(unschedulable(cluster, ns, job)) == count
 
 
-def record_timing(name: str, seconds: float) -> None:
-    timings = json.loads(TIMINGS.read_text()) if TIMINGS.exists() else {}
-    timings[name] = round(seconds, 2)
-    TIMINGS.write_text(json.dumps(timings, indent=2))
-
-
 def test_without_gang_two_jobs_deadlock(cluster: Cluster, namespace: str, gpu_node: dict[str, str]) -> None:
     for name in ("first", "second"):
         cluster.apply(six_pod_job(name, gpu_node, None, hold=True), namespace)
@@ -108,7 +100,7 @@ def test_gang_lets_one_job_run_and_the_other_wait(cluster: Cluster, namespace: s
         cluster.apply(six_pod_job(name, gpu_node, provider), namespace)
     running = wait_for(lambda: next((n for n in ("first", "second") if bound(cluster, namespace, n) == 6), None),
                        60, "one gang placed whole")
-    record_timing(f"{provider}: apply -> 6-pod gang bound", time.monotonic() - started)
+    record_timing("gang", f"{provider}: apply -> 6-pod gang bound", time.monotonic() - started)
     waiting = "second" if running == "first" else "first"
     status = wait_for(lambda: (s := cluster.job_status(namespace, waiting)).get("reason") == "WaitingForGang" and s,
                       30, "the other job to say it waits for its gang")

@@ -4,7 +4,6 @@ TensorFlow job and an MPI job to Succeeded."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -23,6 +22,7 @@ from support import (
     Cluster,
     OperatorProcess,
     helm,
+    rendered_dashboard,
     service_account_kubeconfig,
     wait_for,
     wait_namespace_ready,
@@ -99,13 +99,7 @@ def metrics_in(expr: str) -> set[str]:
 
 
 def test_dashboard_renders_valid_json_naming_only_exported_metrics() -> None:
-    result = subprocess.run([str(HELM), "template", "dt", str(CHART), "--set", "dashboard.enabled=true"],
-                            capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "KUBECONFIG": "/nonexistent"})
-    assert result.returncode == 0, result.stderr
-    maps = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "ConfigMap"]
-    assert len(maps) == 1 and maps[0]["metadata"]["labels"]["grafana_dashboard"] == "1"
-    dashboard = json.loads(maps[0]["data"]["disttrain.json"])
+    dashboard = rendered_dashboard()
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     queries = [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
     exported = exported_metric_names()

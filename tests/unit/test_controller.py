@@ -8,6 +8,7 @@ import copy
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import pytest
 from fakes import FakeClock, FakeKube
 
 from disttrain.controller import Controller
@@ -133,14 +134,39 @@ def test_objects_of_an_earlier_job_of_the_same_name_are_waited_out() -> None:
     run(scenario)
 
 
-def test_a_service_of_someone_else_fails_the_job() -> None:
+@pytest.mark.parametrize(("kind", "name"), [("Service", "mnist"), ("ConfigMap", "mnist-mpi"), ("Secret", "mnist-ssh")])
+def test_an_object_of_someone_else_fails_the_job_naming_it(kind: str, name: str) -> None:
+    async def scenario() -> None:
+        h = Harness(mpi_job("mnist", workers=2))
+        h.kube.add({"kind": kind, "metadata": {"name": name, "namespace": "ml"}})
+        await h.reconcile()
+        assert (h.status()["phase"], h.status()["reason"]) == ("Failed", "ObjectNotOwned")
+        assert f"{kind} ml/{name} already exists" in h.status()["message"]
+        assert h.kube.events[-1][:2] == ("Warning", "ObjectNotOwned")
+        assert not h.kube.pods()
+    run(scenario)
+
+
+def test_a_pod_create_refused_by_an_earlier_jobs_pod_waits_for_it() -> None:
+    """The watch hasn't shown the earlier job's pod yet: the create's 409 is the first sign of it.
+    It is neither this job's pod nor a failure: the job waits for garbage collection."""
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
-        h.kube.add({"kind": "Service", "metadata": {"name": "mnist", "namespace": "ml"}})
+        h.kube.add({"kind": "Pod", "metadata": {"name": "mnist-worker-1", "namespace": "ml",
+                                                "ownerReferences": owned_by("DistTrainJob", "mnist", "uid-old")}})
+        await h.reconcile()  # its next event wakes the job: no requeue needed
+        assert h.status()["phase"] == "Pending" and h.status().get("reason") != "ObjectNotOwned"
+        old = h.kube.objects[("Pod", "ml", "mnist-worker-1")]
+        assert old["metadata"]["ownerReferences"][0]["uid"] == "uid-old", "the earlier job's pod is left alone"
+        h.watch()  # the earlier job's pod shows in the index
         await h.reconcile()
-        assert h.status()["reason"] == "ObjectNotOwned"
-        assert "Service ml/mnist already exists" in h.status()["message"]
-        assert not h.kube.pods()
+        assert h.status()["reason"] == "WaitingForPreviousJob", h.status()
+        assert h.status().get("restarts", 0) == 0
+        del h.kube.objects[("Pod", "ml", "mnist-worker-1")]  # garbage collection gets to it
+        h.watch()
+        await h.reconcile()
+        mine = h.kube.objects[("Pod", "ml", "mnist-worker-1")]
+        assert mine["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     run(scenario)
 
 

@@ -192,3 +192,24 @@ def test_a_crash_loop_in_a_running_job_is_said_and_unsaid() -> None:
     assert plan.status["phase"] == "Running" and plan.status["reason"] == "CrashLoopBackOff"
     recovered = reconcile(JobState(REF, 1, SPEC, plan.status), healthy, NOW)
     assert (recovered.status["reason"], recovered.status["message"]) == ("AllPodsRunning", "all 3 pods are running")
+
+
+def test_a_missing_secret_is_a_container_that_cant_start() -> None:
+    raw = {"metadata": {"name": "mnist-worker-0", "uid": "u", "labels": {"disttrain.dev/replica-type": "worker"},
+                        "ownerReferences": [{"kind": "DistTrainJob", "uid": "uid-1", "controller": True}]},
+           "spec": {"nodeName": "n1"},
+           "status": {"phase": "Pending", "containerStatuses": [{"name": "tf", "image": "tf:2.21", "state": {
+               "waiting": {"reason": "CreateContainerConfigError", "message": 'secret "s3-keys" not found'}}}]}}
+    plan = pending_job([observe_pod(raw)])
+    assert plan.status["reason"] == "ContainerNotStarting"
+    assert plan.status["message"] == ('pod mnist-worker-0: CreateContainerConfigError: container tf: '
+                                      'secret "s3-keys" not found')
+
+
+def test_the_queued_condition_follows_kueues_reason() -> None:
+    first = step()
+    said = "couldn't assign flavors to pod set worker: insufficient unused quota for nvidia.com/gpu in flavor a100"
+    later = step(first.status, workload(("QuotaReserved", False, "Pending", said)))
+    queued = next(c for c in later.status["conditions"] if c["type"] == "Queued")
+    assert queued["status"] == "True" and queued["message"] == later.status["message"] == \
+        f"queued in LocalQueue team-gpu: {said}"
