@@ -104,6 +104,9 @@ def panel_queries(namespace: str, job: str) -> list[tuple[str, str]]:
 
 def test_every_dashboard_panel_returns_data_for_a_running_job(cluster: Cluster, namespace: str,
                                                               prometheus: Prometheus) -> None:
+    # A scrape before the job exists: its counters' increase is measured from there.
+    wait_for(lambda: prometheus.query('disttrain_jobs_created_total{job="disttrain-operator"}'), 60,
+             "a first scrape of the operator")
     cluster.apply(mwms_job("watched", workers=2), namespace)
     wait_pods_running(cluster, namespace, "watched", 2)
     cluster.wait_phase(namespace, "watched", "Running")
@@ -125,6 +128,12 @@ def test_every_dashboard_panel_returns_data_for_a_running_job(cluster: Cluster, 
         print(f"{title}: {expr} -> {values}")
     by_phase = next(e for _, e in queries if e.startswith("sum by (phase)"))
     assert {r["metric"]["phase"]: float(r["value"][1]) for r in results[by_phase]}["Running"] == 1
+    # Numbers, not just series: the job's creation is in the window, and so are reconciles.
+    value = {e: float(results[e][0]["value"][1]) for _, e in queries if len(results[e]) == 1}
+    created = next(e for e in value if "disttrain_jobs_created_total" in e)
+    pods_created = next(e for e in value if "disttrain_pods_created_total" in e)
+    p95 = next(e for e in value if e.startswith("histogram_quantile(0.95"))
+    assert value[created] > 0 and value[pods_created] > 0 and value[p95] == value[p95], value  # NaN != NaN
     # The dashboard's template variables: label_values(disttrain_job_phase, ...).
     assert namespace in prometheus.label_values("job_namespace", "disttrain_job_phase")
     assert prometheus.label_values("job_name", f'disttrain_job_phase{{job_namespace=~"{namespace}"}}') == ["watched"]
