@@ -80,10 +80,18 @@ class LeaseElector:
                  clock: Clock | None = None) -> None:
         self.namespace, self.name, self.identity, self.duration = namespace, name, identity, duration
         self.clock: Clock = clock or SystemClock()
+        # The renewTime of our last write that went through: a standby may take over one
+        # duration after it, by its own reading of the Lease.
+        self.renewed_at: datetime.datetime | None = None
 
     async def try_hold(self, leases: LeaseAPI) -> bool:
         """One attempt to take or keep the Lease; True if we hold it afterwards."""
-        now = self.clock.now()
+        held = await self._try_hold(leases, now := self.clock.now())
+        if held:
+            self.renewed_at = now
+        return held
+
+    async def _try_hold(self, leases: LeaseAPI, now: datetime.datetime) -> bool:
         lease = await leases.read(self.namespace, self.name)
         if lease is None:
             return await leases.create(self.namespace, {
@@ -123,19 +131,28 @@ class LeaseElector:
 
     async def keep(self, leases: LeaseAPI) -> None:
         """Renew every third of the duration; return (the caller exits) once the Lease is lost,
-        or has gone unrenewed for two thirds of its duration."""
-        last_renewed = self.clock.now()
+        or two thirds of its duration after the renewTime of our last renewal that went through.
+
+        Counted from that renewTime (taken before the request was sent), not from when the
+        answer came, and each try is cut off at that deadline: with etcd paused a renewal hangs
+        for as long as the pause, and one that went through late, counted from its answer, kept
+        a replica leading past the moment its standby took over (`make chaos`, two replicas
+        through an etcd pause: an overlap of a millisecond)."""
+        give_up_after = datetime.timedelta(seconds=self.duration * 2 / 3)
         while True:
             await asyncio.sleep(self.duration / 3)
+            deadline = (self.renewed_at or self.clock.now()) + give_up_after
             try:
-                if await self.try_hold(leases):
-                    last_renewed = self.clock.now()
+                left = (deadline - self.clock.now()).total_seconds()
+                if left <= 0:
+                    raise TimeoutError(f"no renewal in {give_up_after.total_seconds():.0f}s")
+                if await asyncio.wait_for(self.try_hold(leases), timeout=left):
                     continue
                 log.error("lost Lease %s/%s to another replica: exiting", self.namespace, self.name)
                 return
-            except Exception as err:  # the API server restarting or unreachable: retried below
+            except Exception as err:  # the API server restarting, unreachable or hanging: retried below
                 log.warning("renewing Lease %s/%s failed: %s: %s", self.namespace, self.name, type(err).__name__, err)
-                if self.clock.now() - last_renewed < datetime.timedelta(seconds=self.duration * 2 / 3):
+                if self.clock.now() < deadline:
                     continue
                 log.error("could not renew Lease %s/%s in time: exiting", self.namespace, self.name)
                 return

@@ -30,6 +30,9 @@ class ObservedPod:
     scheduled: bool = False  # bound to a node
     unschedulable: str | None = None  # the scheduler's word on why not (its PodScheduled=False message)
     stuck: str | None = None  # a container that can't start or keeps crashing: "<reason>: <kubelet's message>"
+    # Who is ending the pod from outside (its DisruptionTarget condition: a taint eviction, a
+    # preemption, a drain, the pod garbage collector): "<reason>: <message>".
+    disruption: str | None = None
 
     @property
     def active(self) -> bool:
@@ -52,9 +55,10 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
     exit_code: int | None = None
     # Who ended the pod from outside, when the pod itself doesn't say (the pod garbage collector
     # for a node deleted: "DeletionByPodGC: PodGC: node no longer exists"; a taint manager's eviction).
-    reason: str | None = status.get("reason") or next(
+    disruption: str | None = next(
         (f"{c.get('reason')}: {c.get('message')}" if c.get("message") else c.get("reason")
          for c in conditions if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+    reason: str | None = status.get("reason") or disruption
     for cs in statuses:
         terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
         if terminated and terminated.get("exitCode", 0) != 0:
@@ -81,6 +85,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         unschedulable=next((c.get("message") or c.get("reason") for c in conditions
                             if c.get("type") == "PodScheduled" and c.get("status") == "False"), None),
         stuck=stuck_container(status),
+        disruption=disruption,
     )
 
 

@@ -116,7 +116,14 @@ def succeed(p: Pass) -> bool:
 
 
 def failed_pods(p: Pass) -> list[ObservedPod]:
-    return [pod for pod in p.live if pod.phase == "Failed" and pod.replica_type in p.spec.replicas]
+    """Failed pods, and pods someone else is deleting for a disruption (its DisruptionTarget: a
+    node gone NotReady and its taint eviction, a preemption, a drain). The latter fail with no exit
+    code, as the pod garbage collector's do for a node deleted, so a node lost is judged the same
+    however it goes: restartPolicy Never fails the job naming the cause, the others restart."""
+    return [pod for pod in p.own if pod.replica_type in p.spec.replicas and (
+        (not pod.terminating and pod.phase == "Failed")
+        or (pod.terminating and pod.disruption is not None and pod.uid not in p.deleted_before
+            and pod.phase not in ("Succeeded", "Failed")))]
 
 
 def fail_fatally(p: Pass) -> bool:
@@ -128,15 +135,17 @@ def restart_failed(p: Pass) -> bool:
     """Retryable failures, and pods gone from a running job: deleted from under it by a user, a
     drain or a node going away (the operator itself deletes pods only as it leaves Running)."""
     failed = failed_pods(p)
-    live_names = {pod.name for pod in p.live}
-    lost = [name for name in p.wanted if name not in live_names] if p.phase is Phase.RUNNING else []
+    present = {pod.name for pod in p.live} | {pod.name for pod in failed}
+    lost = [name for name in p.wanted if name not in present] if p.phase is Phase.RUNNING else []
     decision = failure.restart(p.spec, p.restarts_so_far, p.kubelet_restarts, failed, lost)
     if decision is None:
         return False
     if decision.give_up:
         return p.finish(Phase.FAILED, decision.reason, decision.message)
     p.plan.status["operatorRestarts"] = decision.restarts
-    p.plan.delete = list(p.live) if decision.whole_job else failed
+    # A disrupted pod is already being deleted; deleting it again names it in deletedPods, so it
+    # is not judged again while its node keeps it Terminating.
+    p.plan.delete = [*p.live, *(pod for pod in failed if pod.terminating)] if decision.whole_job else failed
     if decision.whole_job:
         p.release_group()
     p.move(Phase.RESTARTING, decision.reason, decision.message, warning=True)

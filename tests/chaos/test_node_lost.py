@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from chaos_support import mpi_small, tf_small
+from kubernetes import client
 from scripts import story
 
 from manifests import job, replica
@@ -46,6 +47,24 @@ def tolerating(manifest: dict[str, Any]) -> dict[str, Any]:
             if isinstance(replica_spec, dict) and "template" in replica_spec:
                 replica_spec["template"]["spec"]["tolerations"] = SHORT_TOLERATIONS
     return manifest
+
+
+def where_things_stand(cluster: Cluster, ns: str, node: str, jobs: dict[str, Any]) -> str:
+    """The node's conditions and taints, each job's status and each pod's: what a timeout leaves."""
+    try:
+        found = cluster.core.read_node(node)
+        lines = [f"node {node}: " + ", ".join(f"{c.type}={c.status}" for c in found.status.conditions or [])
+                 + "; taints " + ", ".join(f"{t.key}:{t.effect}" for t in found.spec.taints or [])]
+    except client.ApiException as err:
+        lines = [f"node {node}: {err.status}"]
+    for name in jobs:
+        status = cluster.job_status(ns, name)
+        lines.append(f"{name}: {status.get('phase')} {status.get('reason')} restarts={status.get('restarts')} "
+                     f"{status.get('message')}")
+    for pod in cluster.pods(ns):
+        lines.append(f"  {pod.metadata.name} on {pod.spec.node_name}: {pod.status.phase}"
+                     f"{' deleting' if pod.metadata.deletion_timestamp else ''}")
+    return "\n".join(lines)
 
 
 def node_ready(cluster: Cluster, name: str) -> bool:
@@ -100,7 +119,10 @@ def test_a_node_lost_under_running_jobs(cluster: Cluster, operator: OperatorProc
                     return None
             return statuses
         # Silent: about 50 s until the node is marked unreachable, 5 s of toleration, then the restarts.
-        statuses = wait_for(settled, 240, f"the jobs with pods on {node} recovered or failed", interval=1)
+        try:
+            statuses = wait_for(settled, 240, f"the jobs with pods on {node} recovered or failed", interval=1)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{where_things_stand(cluster, ns, node, jobs)}") from None
     finally:
         if loss == "deleted":
             cluster.local.create_node(index)

@@ -86,3 +86,29 @@ def test_a_standby_waits_out_an_unreachable_api_server(caplog: pytest.LogCapture
     warnings = [r.getMessage() for r in caplog.records if "leader election" in r.getMessage()]
     assert len(warnings) == 2 and "ConnectionRefusedError" in warnings[0]
     assert not [r for r in caplog.records if r.exc_info], "one line each, no traceback"
+
+
+class Hanging(FakeLeases):
+    """etcd paused: after the first renewal, every read waits as long as the pause lasts."""
+
+    hang = False
+
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.hang:
+            await asyncio.sleep(3600)
+        return await super().read(namespace, name)
+
+
+def test_a_hanging_renewal_gives_up_two_thirds_of_a_duration_after_the_last_renew_time() -> None:
+    """A standby takes over one duration after the renewTime it reads: the holder must have
+    stopped before then, however long its own request hangs (real time: a 3 s Lease)."""
+    async def scenario() -> float:
+        leases = Hanging()
+        holder = LeaseElector("ops", "disttrain", "a", 3)
+        assert await holder.try_hold(leases)
+        assert holder.renewed_at is not None
+        leases.hang = True
+        await asyncio.wait_for(holder.keep(leases), timeout=10)
+        return (holder.clock.now() - holder.renewed_at).total_seconds()
+    held_for = asyncio.run(scenario())
+    assert 2.0 <= held_for < 2.5, held_for

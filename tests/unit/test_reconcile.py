@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
@@ -262,3 +263,25 @@ def test_an_earlier_jobs_pod_going_away_is_no_failure_of_this_one() -> None:
     gone = step(MWMS, [*own, pod("worker", 2, "Failed", exit_code=137, terminating=True, owner="uid-old")],
                 first.status)
     assert gone.status == first.status and not gone.delete and not gone.events
+
+
+EVICTED = "DeletionByTaintManager: Taint manager: deleting due to NoExecute taint"
+
+
+def test_a_pod_evicted_from_a_node_gone_not_ready_is_a_failure_with_no_exit_code() -> None:
+    """Its node stopped answering: the taint eviction controller deletes it (DisruptionTarget), and
+    it may stay Terminating as long as the node is away. Judged once, like the pod garbage
+    collector's Failed pods of a node deleted: Never fails the job naming the cause."""
+    evicted = dataclasses.replace(pod("worker", 1, terminating=True), disruption=EVICTED, reason=EVICTED)
+    never = step(tf_job(worker=replica(4, "Never")), [pod("worker", 0), evicted, pod("worker", 2), pod("worker", 3)],
+                 {"phase": "Running"})
+    assert (never.status["phase"], never.status["reason"]) == ("Failed", "ReplicaFailed")
+    assert never.status["message"] == (f"worker 1 (pod mnist-worker-1) failed ({EVICTED}); "
+                                       "restartPolicy Never does not retry")
+    pods = [pod("worker", 0), evicted, pod("worker", 2), pod("worker", 3)]
+    plan = step(MWMS, pods, {"phase": "Running"})
+    assert (plan.status["phase"], plan.status["reason"], plan.status["restarts"]) == ("Restarting", "PodFailed", 1)
+    assert f"worker 1 (pod mnist-worker-1) failed ({EVICTED}); restarting the whole job" in plan.status["message"]
+    assert "uid-1-worker-1" in plan.status["deletedPods"], "named, so it is never judged again"
+    still_terminating = step(MWMS, [evicted], plan.status)
+    assert still_terminating.status["restarts"] == 1 and not still_terminating.create
