@@ -7,7 +7,7 @@ baseline does). Writes bench/results.json, bench/results.md and two plots.
 2. completion: the last burst round's jobs, Running, their chiefs finish together: chief
    Succeeded -> job phase Succeeded, and -> its other pods being deleted (p50, p99);
 3. single job on an idle operator: apply -> all 5 pods (p50, p90);
-4. scale: jobs held in steps up to 2,000 jobs / 10,000 pods: the operator's RSS and CPU seconds,
+4. scale: jobs held in steps up to 4,000 jobs / 20,000 pods: the operator's RSS and CPU seconds,
    a probe job's apply -> pods at each step, no pod missed or made twice;
 5. API cost: the operator's requests per job during the burst, by verb and resource, from the API
    server's audit log (the operator has a user of its own), against the minimum.
@@ -64,7 +64,9 @@ class Size:
     nodes: int
 
 
-FULL = Size(burst_jobs=200, burst_rounds=3, single_runs=20, scale_steps=(500, 1000, 1500, 2000), nodes=14)
+# Up to 4,000 jobs / 20,000 pods held: 24 KWOK nodes of 1,000 pods leave room for the probes.
+FULL = Size(burst_jobs=200, burst_rounds=3, single_runs=20, scale_steps=(500, 1000, 1500, 2000, 3000, 4000),
+            nodes=24)
 QUICK = Size(burst_jobs=60, burst_rounds=1, single_runs=6, scale_steps=(100, 200), nodes=4)
 
 
