@@ -8,6 +8,8 @@ import dataclasses
 import datetime
 from typing import Any
 
+import pytest
+
 from disttrain import queueing
 from disttrain.objects import JobRef
 from disttrain.observed import ObservedPod, observe_pod
@@ -172,16 +174,25 @@ def test_an_unschedulable_pod_is_said_in_the_schedulers_words() -> None:
                                       "4 Insufficient nvidia.com/gpu.")
 
 
-def test_an_image_that_cant_be_pulled_names_the_image() -> None:
-    raw = {"metadata": {"name": "mnist-worker-0", "uid": "u", "labels": {"disttrain.dev/replica-type": "worker"},
-                        "ownerReferences": [{"kind": "DistTrainJob", "uid": "uid-1", "controller": True}]},
-           "spec": {"nodeName": "n1"},
-           "status": {"phase": "Pending", "containerStatuses": [{"name": "tf", "image": "tf:nope", "state": {
-               "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "tf:nope"'}}}]}}
-    plan = pending_job([observe_pod(raw)])
-    assert plan.status["reason"] == "ImagePullBackOff"
-    assert plan.status["message"] == ('pod mnist-worker-0: ImagePullBackOff: container tf: '
-                                      'Back-off pulling image "tf:nope"')
+def waiting_container(image: str, reason: str, message: str) -> ObservedPod:
+    """mnist-worker-0, bound, its container waiting for `reason` as the kubelet reports it."""
+    return observe_pod({
+        "metadata": {"name": "mnist-worker-0", "uid": "u", "labels": {"disttrain.dev/replica-type": "worker"},
+                     "ownerReferences": [{"kind": "DistTrainJob", "uid": "uid-1", "controller": True}]},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Pending", "containerStatuses": [{"name": "tf", "image": image, "state": {
+            "waiting": {"reason": reason, "message": message}}}]}})
+
+
+@pytest.mark.parametrize(("image", "kubelet_reason", "kubelet_message", "reason"), [
+    ("tf:nope", "ImagePullBackOff", 'Back-off pulling image "tf:nope"', "ImagePullBackOff"),
+    ("tf:2.21", "CreateContainerConfigError", 'secret "s3-keys" not found', "ContainerNotStarting"),
+])
+def test_a_container_that_cant_start_is_said_in_the_kubelets_words(image: str, kubelet_reason: str,
+                                                                    kubelet_message: str, reason: str) -> None:
+    plan = pending_job([waiting_container(image, kubelet_reason, kubelet_message)])
+    assert plan.status["reason"] == reason
+    assert plan.status["message"] == f"pod mnist-worker-0: {kubelet_reason}: container tf: {kubelet_message}"
 
 
 def test_a_crash_loop_in_a_running_job_is_said_and_unsaid() -> None:
@@ -192,18 +203,6 @@ def test_a_crash_loop_in_a_running_job_is_said_and_unsaid() -> None:
     assert plan.status["phase"] == "Running" and plan.status["reason"] == "CrashLoopBackOff"
     recovered = reconcile(JobState(REF, 1, SPEC, plan.status), healthy, NOW)
     assert (recovered.status["reason"], recovered.status["message"]) == ("AllPodsRunning", "all 3 pods are running")
-
-
-def test_a_missing_secret_is_a_container_that_cant_start() -> None:
-    raw = {"metadata": {"name": "mnist-worker-0", "uid": "u", "labels": {"disttrain.dev/replica-type": "worker"},
-                        "ownerReferences": [{"kind": "DistTrainJob", "uid": "uid-1", "controller": True}]},
-           "spec": {"nodeName": "n1"},
-           "status": {"phase": "Pending", "containerStatuses": [{"name": "tf", "image": "tf:2.21", "state": {
-               "waiting": {"reason": "CreateContainerConfigError", "message": 'secret "s3-keys" not found'}}}]}}
-    plan = pending_job([observe_pod(raw)])
-    assert plan.status["reason"] == "ContainerNotStarting"
-    assert plan.status["message"] == ('pod mnist-worker-0: CreateContainerConfigError: container tf: '
-                                      'secret "s3-keys" not found')
 
 
 def test_the_queued_condition_follows_kueues_reason() -> None:
