@@ -33,6 +33,7 @@ class ObservedPod:
     # Who is ending the pod from outside (its DisruptionTarget condition: a taint eviction, a
     # preemption, a drain, the pod garbage collector): "<reason>: <message>".
     disruption: str | None = None
+    finished_at: str | None = None  # when its failed container ended (RFC 3339, the kubelet's clock)
 
     @property
     def active(self) -> bool:
@@ -53,6 +54,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
     conditions = status.get("conditions") or []
     statuses = list(status.get("containerStatuses") or [])
     exit_code: int | None = None
+    finished_at: str | None = None
     # Who ended the pod from outside, when the pod itself doesn't say (the pod garbage collector
     # for a node deleted: "DeletionByPodGC: PodGC: node no longer exists"; a taint manager's eviction).
     disruption: str | None = next(
@@ -63,6 +65,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
         if terminated and terminated.get("exitCode", 0) != 0:
             exit_code = int(terminated["exitCode"])
+            finished_at = terminated.get("finishedAt")
             reason = reason or terminated.get("reason")
             break
     try:
@@ -86,6 +89,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
                             if c.get("type") == "PodScheduled" and c.get("status") == "False"), None),
         stuck=stuck_container(status),
         disruption=disruption,
+        finished_at=finished_at,
     )
 
 

@@ -126,16 +126,30 @@ def failed_pods(p: Pass) -> list[ObservedPod]:
             and pod.phase not in ("Succeeded", "Failed")))]
 
 
+def judged_failures(p: Pass) -> list[ObservedPod]:
+    """The failed pods to judge now. An MPI launcher's failure is its workers' when one of them
+    failed or is going too, and waits a moment for theirs otherwise (failure.LAUNCHER_GRACE)."""
+    judged = []
+    for pod in failed_pods(p):
+        if failure.caused_by_a_worker(pod, p.own):
+            continue
+        if (left := failure.launcher_grace_left(pod, p.now)) > 0:
+            p.plan.requeue_within(left)
+            continue
+        judged.append(pod)
+    return judged
+
+
 def fail_fatally(p: Pass) -> bool:
-    message = failure.fatal_failure(p.spec, failed_pods(p))
+    message = failure.fatal_failure(p.spec, judged_failures(p))
     return message is not None and p.finish(Phase.FAILED, Reason.REPLICA_FAILED, message)
 
 
 def restart_failed(p: Pass) -> bool:
     """Retryable failures, and pods gone from a running job: deleted from under it by a user, a
     drain or a node going away (the operator itself deletes pods only as it leaves Running)."""
-    failed = failed_pods(p)
-    present = {pod.name for pod in p.live} | {pod.name for pod in failed}
+    failed = judged_failures(p)
+    present = {pod.name for pod in p.live} | {pod.name for pod in failed_pods(p)}
     lost = [name for name in p.wanted if name not in present] if p.phase is Phase.RUNNING else []
     decision = failure.restart(p.spec, p.restarts_so_far, p.kubelet_restarts, failed, lost)
     if decision is None:
@@ -172,8 +186,9 @@ def start(p: Pass) -> bool:
     if all(name in running for name in p.wanted):
         if p.phase is not Phase.RUNNING:
             p.move(Phase.RUNNING, Reason.ALL_PODS_RUNNING, f"all {len(p.wanted)} pods are running")
-    elif p.phase is Phase.RUNNING:
-        # A pod is back to Pending without our restart (replaced behind our back): say so.
+    elif p.phase is Phase.RUNNING and not all(name in running | {f.name for f in failed_pods(p)} for name in p.wanted):
+        # A pod is back to Pending without our restart (replaced behind our back): say so. (A
+        # failed one reaching this step awaits its judgment: an MPI launcher's grace.)
         p.move(Phase.RESTARTING, Reason.PODS_NOT_RUNNING, "some pods are not running", warning=True)
     return True
 

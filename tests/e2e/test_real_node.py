@@ -249,6 +249,41 @@ def test_horovod(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: F
     assert {d["size"] for d in done} == {2} and len({d["weights_sha256"] for d in done}) == 1, done
 
 
+def test_a_killed_horovod_worker_resumes_from_its_checkpoint(cluster: Cluster, job_namespace: str, tmp_path: Path,
+                                                             follow: Follow) -> None:
+    """A worker's sshd SIGKILLed mid-training: its ranks die with it, mpirun on the launcher exits 1
+    at once, and the worker's 137 (restartPolicy ExitCode) restarts the whole job, not the launcher's
+    exit (restartPolicy Never; reconcile.judged_failures). Rank 0 resumes from the shared volume."""
+    import realnode
+
+    started = time.monotonic()
+    apply_example(cluster, job_namespace, EXAMPLES / "horovod" / "job.yaml", tmp_path, env={"TRAIN_STEPS": "2400"})
+
+    def launcher_of(old: set[str]) -> Any:
+        return wait_for(lambda: next((p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")
+                                      if p.status.phase == "Running" and p.metadata.uid not in old), None),
+                        180, "a running launcher", interval=0.5)
+    first = launcher_of(set())
+    logs = follow(job_namespace, [first])
+    logs["horovod-keras-launcher"].wait_event(lambda e: e.get("event") == "epoch_end" and e["epoch"] >= 1,
+                                              "two finished epochs")
+    workers = {p.metadata.name: p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=worker")}
+    victim = workers["horovod-keras-worker-1"]
+    os.kill(realnode.container_pid(victim.status.container_statuses[0].container_id), signal.SIGKILL)
+
+    second = launcher_of({first.metadata.uid})
+    resumed = follow(job_namespace, [second])
+    start = resumed["horovod-keras-launcher"].wait_event(lambda e: e.get("event") == "start", "where training starts")
+    status = finish(cluster, job_namespace, "horovod-keras", started, resumed,
+                    timing="horovod-keras, killed and resumed")
+    assert start["resumed"] and start["epoch"] >= 2, start
+    print(f"horovod resumed at: {start}")
+    assert status["restarts"] == 1, status
+    cluster.wait_event(job_namespace, "horovod-keras",
+                       lambda e: e.reason == "PodFailed" and "worker 1" in e.message and "code 137" in e.message,
+                       "the restart, naming the killed worker")
+
+
 def stuck_job(name: str, container: dict[str, Any], policy: str = "Never") -> dict[str, Any]:
     return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob", "metadata": {"name": name},
             "spec": {"tensorflow": {"worker": {"replicas": 1, "restartPolicy": policy, "template": {"spec": {

@@ -13,7 +13,7 @@ from disttrain.passes import JobState
 from disttrain.plan import Plan
 from disttrain.reconcile import reconcile
 from disttrain.spec import parse_spec
-from manifests import replica, tf_job
+from manifests import mpi_job, replica, tf_job
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
 
@@ -285,3 +285,38 @@ def test_a_pod_evicted_from_a_node_gone_not_ready_is_a_failure_with_no_exit_code
     assert "uid-1-worker-1" in plan.status["deletedPods"], "named, so it is never judged again"
     still_terminating = step(MWMS, [evicted], plan.status)
     assert still_terminating.status["restarts"] == 1 and not still_terminating.create
+
+
+HVD = mpi_job("mnist", workers=2, gpus=1)
+
+
+def launcher_failed(finished: datetime.datetime) -> ObservedPod:
+    return dataclasses.replace(pod("launcher", 0, "Failed", exit_code=1), name="mnist-launcher",
+                               finished_at=finished.isoformat().replace("+00:00", "Z"))
+
+
+def test_a_launcher_that_fails_with_a_worker_is_that_workers_failure() -> None:
+    """mpirun exits 1 the moment a rank dies: the worker's 137 decides (a restart), not the
+    launcher's restartPolicy Never."""
+    pods = [launcher_failed(NOW), pod("worker", 0), pod("worker", 1, "Failed", exit_code=137)]
+    plan = step(HVD, pods, {"phase": "Running"})
+    assert (plan.status["phase"], plan.status["reason"]) == ("Restarting", "PodFailed")
+    assert plan.status["message"].startswith("worker 1 (pod mnist-worker-1) exited with code 137")
+    assert {p.name for p in plan.delete} == {"mnist-launcher", "mnist-worker-0", "mnist-worker-1"}
+
+
+def test_a_failed_launcher_waits_a_moment_for_its_workers_then_fails_the_job() -> None:
+    just_now = step(HVD, [launcher_failed(NOW - datetime.timedelta(seconds=1)), pod("worker", 0), pod("worker", 1)],
+                    {"phase": "Running"})
+    assert just_now.status["phase"] == "Running" and not just_now.delete
+    assert just_now.requeue_after is not None and 3.9 <= just_now.requeue_after <= 4.0
+    # The worker's failure arrives within the grace: a restart.
+    worker_late = step(HVD, [launcher_failed(NOW - datetime.timedelta(seconds=2)), pod("worker", 0),
+                             pod("worker", 1, "Failed", exit_code=137)], {"phase": "Running"})
+    assert worker_late.status["phase"] == "Restarting"
+    # None arrives: the launcher's own failure decides, restartPolicy Never.
+    alone = step(HVD, [launcher_failed(NOW - datetime.timedelta(seconds=6)), pod("worker", 0), pod("worker", 1)],
+                 {"phase": "Running"})
+    assert (alone.status["phase"], alone.status["reason"]) == ("Failed", "ReplicaFailed")
+    assert alone.status["message"] == ("launcher 0 (pod mnist-launcher) exited with code 1; "
+                                       "restartPolicy Never does not retry")

@@ -7,12 +7,20 @@ how many restarts (the operator's and the kubelet's together) the job may use.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from disttrain.observed import ObservedPod
 from disttrain.reasons import Reason
-from disttrain.spec import JobSpec, RestartPolicy, RestartScope
+from disttrain.spec import JobSpec, ReplicaType, RestartPolicy, RestartScope
+from disttrain.status import parse_timestamp
+
+# How long a failed MPI launcher waits to be judged on its own. mpirun exits the moment a rank's
+# connection drops; the worker whose death caused it is reported by the kubelet as a pod of its
+# own, in the same relist (about a second) or the next. Seen on the real node: a worker SIGKILLed,
+# and the launcher's exit 1 reached the operator before the worker's 137.
+LAUNCHER_GRACE = datetime.timedelta(seconds=5)
 
 
 def is_retryable(policy: RestartPolicy, exit_code: int | None) -> bool:
@@ -25,6 +33,20 @@ def is_retryable(policy: RestartPolicy, exit_code: int | None) -> bool:
         return exit_code is None or exit_code >= 128
     # OnFailure / Always: the kubelet restarts containers; a pod that fails anyway was evicted.
     return True
+
+
+def caused_by_a_worker(pod: ObservedPod, pods: Sequence[ObservedPod]) -> bool:
+    """An MPI launcher that failed while a worker of its attempt failed or is going away: mpirun
+    only reported that worker's end, which decides the job's fate (a restart, or the worker's own
+    fatal exit code)."""
+    return pod.replica_type == ReplicaType.LAUNCHER and any(
+        o.replica_type == ReplicaType.WORKER and (o.phase == "Failed" or o.terminating) for o in pods)
+
+
+def launcher_grace_left(pod: ObservedPod, now: datetime.datetime) -> float:
+    """Seconds until a failed MPI launcher may be judged on its own (0 for any other pod)."""
+    finished = parse_timestamp(pod.finished_at) if pod.replica_type == ReplicaType.LAUNCHER else None
+    return 0.0 if finished is None else max(0.0, (finished + LAUNCHER_GRACE - now).total_seconds())
 
 
 def describe_failure(pod: ObservedPod) -> str:
