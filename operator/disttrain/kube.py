@@ -40,7 +40,7 @@ class Conflict(Exception):
 
 
 class Invalid(Exception):
-    """The API server rejected an object as invalid (422); the message says which field."""
+    """The API server rejected an object as invalid (422) or undecodable (400); the message says why."""
 
 
 async def new_api_client(max_connections: int = 64) -> client.ApiClient:
@@ -120,7 +120,8 @@ class Kube:
         except ApiException as err:
             if err.status == 409:
                 return False
-            if err.status == 422:
+            # 400: a value the pod API can't decode (a quantity "a lot" the CRD let through: fuzz).
+            if err.status in (400, 422):
                 raise Invalid(_message(err)) from err
             if refused_as_terminating(err.status, err.body):
                 raise NamespaceTerminating(ns) from err

@@ -18,8 +18,8 @@ from disttrain.status import parse_timestamp
 
 # How long a failed MPI launcher waits to be judged on its own. mpirun exits the moment a rank's
 # connection drops; the worker whose death caused it is reported by the kubelet as a pod of its
-# own, in the same relist (about a second) or the next. Seen on the real node: a worker SIGKILLed,
-# and the launcher's exit 1 reached the operator before the worker's 137.
+# own, in the same relist (about a second) or the next, so either pod's update may reach us first.
+# (tests/e2e: a Horovod worker's sshd SIGKILLed; the job must restart, not fail on mpirun's exit 1.)
 LAUNCHER_GRACE = datetime.timedelta(seconds=5)
 
 
