@@ -13,6 +13,16 @@ from kubernetes.utils.quantity import parse_quantity
 from disttrain.constants import GPU_RESOURCE
 
 
+def quantity(value: Any) -> Decimal | None:
+    """A resource quantity, or None if it isn't one. The CRD's int-or-string schema lets "a lot"
+    through; the pod API refuses it, and the job fails with its words (InvalidPodTemplate)."""
+    try:
+        amount: Decimal = parse_quantity(value)
+    except (ValueError, TypeError):
+        return None
+    return amount
+
+
 def containers(template: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list((template.get("spec") or {}).get("containers") or [])
 
@@ -23,7 +33,7 @@ def container_gpus(container: Mapping[str, Any]) -> int:
     resources = container.get("resources") or {}
     for amounts in (resources.get("limits") or {}, resources.get("requests") or {}):
         if GPU_RESOURCE in amounts:
-            return int(parse_quantity(amounts[GPU_RESOURCE]))
+            return int(quantity(amounts[GPU_RESOURCE]) or 0)
     return 0
 
 
@@ -34,11 +44,8 @@ def template_gpus(template: Mapping[str, Any]) -> int:
 
 def cpu_limit_cores(container: Mapping[str, Any]) -> int | None:
     """The container's CPU limit rounded down, at least 1; None when it has no limit."""
-    cpu = ((container.get("resources") or {}).get("limits") or {}).get("cpu")
-    if cpu is None:
-        return None
-    cores: Decimal = parse_quantity(cpu)
-    return max(1, math.floor(cores))
+    cores = quantity(((container.get("resources") or {}).get("limits") or {}).get("cpu"))
+    return None if cores is None else max(1, math.floor(cores))
 
 
 def pod_requests(template: Mapping[str, Any]) -> dict[str, Decimal]:
@@ -55,7 +62,7 @@ def pod_requests(template: Mapping[str, Any]) -> dict[str, Decimal]:
 def _requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
     resources = container.get("resources") or {}
     merged = dict(resources.get("limits") or {}) | dict(resources.get("requests") or {})
-    return {name: parse_quantity(amount) for name, amount in merged.items()}
+    return {name: amount for name, value in merged.items() if (amount := quantity(value)) is not None}
 
 
 def _sum(amounts: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
