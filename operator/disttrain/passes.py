@@ -60,6 +60,14 @@ class Pass:
         self.restarts_so_far = int(job.status.get("operatorRestarts", 0))
         self.kubelet_restarts = sum(p.container_restarts for p in self.live)
         self.wanted = {pod_name(job.ref.name, k.replica_type, k.index): k for k in desired_pod_keys(self.spec)}
+        # Failed pods, and pods someone else is deleting for a disruption (its DisruptionTarget: a
+        # node gone NotReady and its taint eviction, a preemption, a drain). The latter fail with no
+        # exit code, as the pod garbage collector's do for a node deleted, so a node lost is judged
+        # the same however it goes: restartPolicy Never fails the job naming the cause.
+        self.failed = [p for p in self.own if p.replica_type in self.spec.replicas and (
+            (not p.terminating and p.phase == "Failed")
+            or (p.terminating and p.disruption is not None and p.uid not in self.deleted_before
+                and p.phase not in ("Succeeded", "Failed")))]
 
     def move(self, to: Phase, reason: Reason, message: str, warning: bool = False) -> None:
         self.plan.status = enter_phase(self.plan.status, to, reason, message, timestamp(self.now))

@@ -115,22 +115,11 @@ def succeed(p: Pass) -> bool:
     return message is not None and p.finish(Phase.SUCCEEDED, Reason.JOB_SUCCEEDED, message)
 
 
-def failed_pods(p: Pass) -> list[ObservedPod]:
-    """Failed pods, and pods someone else is deleting for a disruption (its DisruptionTarget: a
-    node gone NotReady and its taint eviction, a preemption, a drain). The latter fail with no exit
-    code, as the pod garbage collector's do for a node deleted, so a node lost is judged the same
-    however it goes: restartPolicy Never fails the job naming the cause, the others restart."""
-    return [pod for pod in p.own if pod.replica_type in p.spec.replicas and (
-        (not pod.terminating and pod.phase == "Failed")
-        or (pod.terminating and pod.disruption is not None and pod.uid not in p.deleted_before
-            and pod.phase not in ("Succeeded", "Failed")))]
-
-
 def judged_failures(p: Pass) -> list[ObservedPod]:
-    """The failed pods to judge now. An MPI launcher's failure is its workers' when one of them
+    """The failed pods (`Pass.failed`) to judge now. An MPI launcher's failure is its workers' when one of them
     failed or is going too, and waits a moment for theirs otherwise (failure.LAUNCHER_GRACE)."""
     judged = []
-    for pod in failed_pods(p):
+    for pod in p.failed:
         if failure.caused_by_a_worker(pod, p.own):
             continue
         if (left := failure.launcher_grace_left(pod, p.now)) > 0:
@@ -149,7 +138,7 @@ def restart_failed(p: Pass) -> bool:
     """Retryable failures, and pods gone from a running job: deleted from under it by a user, a
     drain or a node going away (the operator itself deletes pods only as it leaves Running)."""
     failed = judged_failures(p)
-    present = {pod.name for pod in p.live} | {pod.name for pod in failed_pods(p)}
+    present = {pod.name for pod in p.live} | {pod.name for pod in p.failed}
     lost = [name for name in p.wanted if name not in present] if p.phase is Phase.RUNNING else []
     decision = failure.restart(p.spec, p.restarts_so_far, p.kubelet_restarts, failed, lost)
     if decision is None:
@@ -183,12 +172,13 @@ def start(p: Pass) -> bool:
             f"created {len(p.wanted)} pods", timestamp(p.now))
     explain_waiting(p)
     running = {pod.name for pod in p.live if pod.phase in ("Running", "Succeeded")}
+    # A failed pod reaching this step awaits its judgment (an MPI launcher's grace): not a change.
+    unjudged = {pod.name for pod in p.failed}
     if all(name in running for name in p.wanted):
         if p.phase is not Phase.RUNNING:
             p.move(Phase.RUNNING, Reason.ALL_PODS_RUNNING, f"all {len(p.wanted)} pods are running")
-    elif p.phase is Phase.RUNNING and not all(name in running | {f.name for f in failed_pods(p)} for name in p.wanted):
-        # A pod is back to Pending without our restart (replaced behind our back): say so. (A
-        # failed one reaching this step awaits its judgment: an MPI launcher's grace.)
+    elif p.phase is Phase.RUNNING and not all(name in running or name in unjudged for name in p.wanted):
+        # A pod is back to Pending without our restart (replaced behind our back): say so.
         p.move(Phase.RESTARTING, Reason.PODS_NOT_RUNNING, "some pods are not running", warning=True)
     return True
 
