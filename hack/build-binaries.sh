@@ -81,7 +81,20 @@ install_tool() { # name module version [go build flags]
     rm -rf "$dir"; mv "$dir.tmp" "$dir"
   fi
 }
-install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
+# KWOK from hack/kwok's graph, with easycel's type caches guarded (hack/kwok/tools.go says why):
+# the patch is applied to the module's own source, copied into .cache/src, which go.mod replaces.
+kwok_dir=$BIN_ROOT/kwok-$KWOK_VERSION-$(sha1sum hack/kwok/easycel-guard.patch | cut -c1-8)
+if need "$kwok_dir/kwok"; then
+  easycel=$(cd "$(mktemp -d)" && go mod download -json github.com/wzshiming/easycel@v0.6.0 |
+            sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  guarded=$PWD/.cache/src/easycel-v0.6.0-guarded
+  rm -rf "$guarded"; mkdir -p "$(dirname "$guarded")"; cp -r "$easycel" "$guarded"; chmod -R u+w "$guarded"
+  patch_file=$PWD/hack/kwok/easycel-guard.patch
+  (cd "$guarded" && git apply -p1 "$patch_file")
+  mkdir -p "$kwok_dir"
+  (cd hack/kwok && go build -ldflags "-s -w" -o "$kwok_dir/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok)
+  mv "$kwok_dir/kwok.tmp" "$kwok_dir/kwok"
+fi
 install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 # Prometheus with static targets only: remove_all_sd leaves out every cloud's service discovery
 # (most of its module graph); its HTTP API, which the dashboard test queries, is all there.
@@ -90,7 +103,7 @@ install_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "$PROMET
 for cmd in "${commands[@]}"; do ln -sfn "$k8s_dir/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$etcd_bin" "$BIN_ROOT/etcd"
 ln -sfn "$vc_dir/vc-scheduler" "$BIN_ROOT/vc-scheduler"
-ln -sfn "$BIN_ROOT/kwok-$KWOK_VERSION/kwok" "$BIN_ROOT/kwok"
+ln -sfn "$kwok_dir/kwok" "$BIN_ROOT/kwok"
 ln -sfn "$BIN_ROOT/helm-$HELM_VERSION/helm" "$BIN_ROOT/helm"
 ln -sfn "$BIN_ROOT/prometheus-$PROMETHEUS_VERSION/prometheus" "$BIN_ROOT/prometheus"
 echo "local cluster binaries ready in $BIN_ROOT" >&2

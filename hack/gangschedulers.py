@@ -13,8 +13,9 @@ Their CRDs come from their own modules (hack/build-binaries.sh copies them to .c
 
 from __future__ import annotations
 
+import functools
 import json
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +48,7 @@ class Plane(Protocol):
     def kubeconfig(self) -> Path: ...
 
     def spawn(self, name: str, argv: list[str]) -> None: ...
+    def wait(self, what: str, ready: Callable[[], object], deadline: float, interval: float = 0.2) -> None: ...
     def api(self, method: str, path: str, body: Any = None, *, allow_missing: bool = False,
             content_type: str = "application/json") -> Any: ...
 
@@ -83,7 +85,7 @@ def start(plane: Plane, bin_dir: Path, deadline: float) -> None:
     open_volcano_queue(plane, deadline)
 
 
-def install_crds(plane: Any, folders: list[Path], deadline: float) -> None:
+def install_crds(plane: Plane, folders: list[Path], deadline: float) -> None:
     """Create every CustomResourceDefinition in `folders` and wait until each is established."""
     names = []
     for path in sorted(p for folder in folders for p in folder.glob("*.yaml")):
@@ -92,10 +94,7 @@ def install_crds(plane: Any, folders: list[Path], deadline: float) -> None:
                 plane.api("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
                 names.append(doc["metadata"]["name"])
     for name in names:
-        while not established(plane, name):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"CRD {name} not established")
-            time.sleep(0.1)
+        plane.wait(f"CRD {name} established", functools.partial(established, plane, name), deadline, 0.1)
 
 
 def established(plane: Any, name: str) -> bool:
@@ -107,8 +106,5 @@ def established(plane: Any, name: str) -> bool:
 def open_volcano_queue(plane: Plane, deadline: float) -> None:
     """What Volcano's queue controller does for a new queue: mark it Open."""
     path = f"/apis/scheduling.volcano.sh/v1beta1/queues/{VOLCANO_DEFAULT_QUEUE}"
-    while plane.api("GET", path, allow_missing=True) is None:
-        if time.monotonic() > deadline:
-            raise TimeoutError("vc-scheduler did not make its default queue")
-        time.sleep(0.2)
+    plane.wait("vc-scheduler's default queue", lambda: plane.api("GET", path, allow_missing=True), deadline)
     plane.api("PATCH", f"{path}/status", {"status": {"state": "Open"}}, content_type="application/merge-patch+json")

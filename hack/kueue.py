@@ -18,10 +18,6 @@ from __future__ import annotations
 
 import base64
 import json
-import ssl
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import yaml
@@ -29,7 +25,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 import pki
 from gangschedulers import Plane, install_crds
-from ports import free_port
+from ports import free_port, http_ok
 
 NAMESPACE = "kueue-system"
 
@@ -69,7 +65,8 @@ def start(plane: Plane, bin_dir: Path, deadline: float) -> None:
     plane.spawn("kueue", ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
                           f'mount -t overlay overlay -o {overlay} /etc && exec "$0" "$@"', str(bin_dir / "kueue"),
                           f"--config={config}", f"--kubeconfig={plane.kubeconfig}", "--zap-log-level=2"])
-    wait_ready(f"http://127.0.0.1:{health}/readyz", deadline)  # readyz includes the webhook server
+    # readyz includes the webhook server
+    plane.wait("Kueue ready", lambda: http_ok(f"http://127.0.0.1:{health}/readyz"), deadline)
     register_webhooks(plane, bin_dir / "kueue-webhooks" / "manifests.yaml", webhook_port,
                       (serving / "ca.crt").read_bytes())
 
@@ -91,17 +88,3 @@ def register_webhooks(plane: Plane, manifests: Path, port: int, ca: bytes) -> No
                   {"apiVersion": doc["apiVersion"], "kind": doc["kind"],
                    "metadata": {"name": f"kueue-{doc['metadata']['name']}"}, "webhooks": hooks})
 
-
-def wait_ready(url: str, deadline: float) -> None:
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except urllib.error.HTTPError as err:
-            err.close()
-        except (urllib.error.URLError, OSError, ssl.SSLError):
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"Kueue not ready at {url}")
-        time.sleep(0.2)

@@ -25,7 +25,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ import gangschedulers
 import kueue
 import realnode
 from pki import issue, kubeconfig_text, subject, write_pki
-from ports import free_port
+from ports import free_port, http_ok
 
 REPO = Path(__file__).resolve().parent.parent
 BIN_DIR = Path(os.environ.get("DISTTRAIN_BIN_ROOT", REPO / ".cache" / "bin"))
@@ -45,9 +45,15 @@ STAGES = REPO / "hack" / "kwok" / "stages.yaml"
 SERVICE_CIDR = "10.96.0.0/16"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 FAKE_NODE_PREFIX = "kwok-gpu-node-"
+FAKE_NODE_VALUE = "fake"  # the annotation's value on the nodes the plane's KWOK manages
 # Kubernetes' own gang scheduling, on in the API server and the scheduler (its plugin joins the
 # default profile once the gate is on); the controller-manager needs GenericWorkload alone.
 GANG_GATES = "GenericWorkload=true,GangScheduling=true"
+DEAD_LOG_LINES = 15  # of a component that died while the cluster started, in the error
+
+
+class ComponentDied(RuntimeError):
+    """One of the cluster's processes exited while it started (its name and log tail in the message)."""
 
 
 def tf_configs_on_loopback(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -84,6 +90,7 @@ class LocalCluster:
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     argv: dict[str, list[str]] = field(default_factory=dict, repr=False)
     server: str = ""
+    nodes_ready: int = 0
 
     @property
     def kubeconfig(self) -> Path:
@@ -133,7 +140,7 @@ class LocalCluster:
             if self.real_node:
                 realnode.RealNode(self).up(deadline)
             self._wait_ready(deadline)
-            self._check_alive()
+            self.check_alive()
         except BaseException:
             self.down()
             raise
@@ -222,7 +229,7 @@ class LocalCluster:
             f"--initial-cluster=local=http://127.0.0.1:{peer}",
             "--unsafe-no-fsync", "--quota-backend-bytes=8589934592", "--log-level=warn",
         ])
-        _wait_http(f"{self.etcd_url}/health", deadline, "etcd")
+        self.wait("etcd healthy", lambda: http_ok(f"{self.etcd_url}/health"), deadline)
 
     def _start_apiserver(self, pki: Path, deadline: float) -> None:
         port = free_port()
@@ -256,7 +263,7 @@ class LocalCluster:
             "--v=1",
         ])
         ctx = self._ssl_context(pki)
-        _wait_http(f"{self.server}/readyz", deadline, "kube-apiserver", ctx)
+        self.wait("kube-apiserver ready", lambda: http_ok(f"{self.server}/readyz", ctx), deadline)
 
     def _audit_flags(self) -> list[str]:
         if not self.audit_users and not self.audit_groups:
@@ -319,30 +326,36 @@ class LocalCluster:
         kubelet = [f"--kubelet-node={realnode.NODE_NAME}"] if self.real_node else []
         self.spawn("podreaper", [sys.executable, str(REPO / "hack" / "podreaper.py"), f"--server={self.server}",
                                  f"--pki={self.root / 'pki'}", *kubelet])
-        self._spawn("kwok", [
+        self.spawn("kwok", self.kwok_argv(FAKE_NODE_VALUE))
+
+    def kwok_argv(self, node_value: str) -> list[str]:
+        """KWOK managing the nodes annotated `kwok.x-k8s.io/node: <node_value>` (the plane's own are
+        "fake"; a test may run another KWOK for nodes of its own)."""
+        return [
+            str(BIN_DIR / "kwok"),
             f"--kubeconfig={self.kubeconfig}",
             f"--config={STAGES}",
             "--manage-all-nodes=false",
-            f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
+            f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}={node_value}",
             f"--server-address=127.0.0.1:{free_port()}",
             "--cidr=10.244.0.0/16",
             "--node-ip=10.0.0.1",
-        ])
+        ]
 
     def _create_nodes(self) -> None:
         for i in range(self.nodes):
             self.create_node(i)
 
-    def create_node(self, i: int) -> None:
+    def create_node(self, i: int, prefix: str = FAKE_NODE_PREFIX, node_value: str = FAKE_NODE_VALUE) -> None:
         """Fake node `i` (KWOK keeps it Ready): at start, and again after a test deleted it."""
         capacity = {"cpu": "32", "memory": "256Gi", "pods": "1000", "nvidia.com/gpu": str(self.gpus_per_node)}
         node = {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {
-                "name": f"{FAKE_NODE_PREFIX}{i}",
-                "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                "labels": {"kubernetes.io/hostname": f"{FAKE_NODE_PREFIX}{i}", "kubernetes.io/os": "linux",
+                "name": f"{prefix}{i}",
+                "annotations": {FAKE_NODE_ANNOTATION: node_value, "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"kubernetes.io/hostname": f"{prefix}{i}", "kubernetes.io/os": "linux",
                            "kubernetes.io/arch": "amd64", "type": "kwok",
                            "nvidia.com/gpu.present": "true"},
             },
@@ -355,30 +368,48 @@ class LocalCluster:
         """Fake node `i` no longer KWOK's (no heartbeat: after its grace period the node lifecycle
         controller marks it unreachable and taints it), or KWOK's again (Ready again)."""
         self.api("PATCH", f"/api/v1/nodes/{FAKE_NODE_PREFIX}{i}",
-                 {"metadata": {"annotations": {FAKE_NODE_ANNOTATION: "silent" if silent else "fake"}}},
+                 {"metadata": {"annotations": {FAKE_NODE_ANNOTATION: "silent" if silent else FAKE_NODE_VALUE}}},
                  content_type="application/merge-patch+json")
 
-    def _check_alive(self) -> None:
+    def check_alive(self) -> None:
+        """Raise, naming each of the cluster's processes that has exited and the end of its log (a
+        component that crashed at start-up is reported at once, not after the wait's timeout)."""
         dead = {name: child.returncode for name, child in self.children.items() if child.poll() is not None}
         if dead:
-            tails = "\n".join(f"--- {name} (exit {code}):\n" + "\n".join(
-                (self.root / "logs" / f"{name}.log").read_text(errors="replace").splitlines()[-5:])
-                for name, code in dead.items())
-            raise RuntimeError(f"{', '.join(dead)} exited while the cluster started:\n{tails}")
+            tails = "\n".join(f"--- {name} (exit {code}), last lines of {self.root / 'logs' / name}.log:\n" +
+                              "\n".join(self.log_tail(name, DEAD_LOG_LINES)) for name, code in dead.items())
+            raise ComponentDied(f"{', '.join(dead)} exited while the cluster started:\n{tails}")
+
+    def log_tail(self, name: str, lines: int) -> list[str]:
+        path = self.root / "logs" / f"{name}.log"
+        return path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
+
+    def wait(self, what: str, ready: Callable[[], object], deadline: float, interval: float = 0.2) -> None:
+        """Poll `ready` until it is truthy; every component still alive at each poll, or
+        ComponentDied; TimeoutError naming `what` at the deadline."""
+        while True:
+            self.check_alive()
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not by the deadline; logs in {self.root / 'logs'}")
+            time.sleep(interval)
 
     def _wait_ready(self, deadline: float) -> None:
         """Nodes Ready and the default ServiceAccount present: pods can be created and scheduled."""
-        while True:
+        want = self.nodes + int(self.real_node)
+
+        def ready() -> bool:
             nodes = self.api("GET", "/api/v1/nodes")["items"]
-            ready = [n for n in nodes if any(c["type"] == "Ready" and c["status"] == "True"
-                                             for c in n.get("status", {}).get("conditions", []))]
+            self.nodes_ready = sum(any(c["type"] == "Ready" and c["status"] == "True"
+                                       for c in n.get("status", {}).get("conditions", [])) for n in nodes)
             sa = self.api("GET", "/api/v1/namespaces/default/serviceaccounts", allow_missing=True)
-            if len(ready) >= self.nodes + int(self.real_node) and sa and sa.get("items"):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"cluster not ready: {len(ready)}/{self.nodes} nodes Ready; "
-                                   f"logs in {self.root / 'logs'}")
-            time.sleep(0.2)
+            return self.nodes_ready >= want and bool(sa and sa.get("items"))
+
+        try:
+            self.wait("cluster ready", ready, deadline)
+        except TimeoutError as err:
+            raise TimeoutError(f"cluster not ready: {self.nodes_ready}/{want} nodes Ready ({err})") from None
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -452,22 +483,6 @@ def _gone(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
     except (FileNotFoundError, ProcessLookupError):
         return True
-
-
-def _wait_http(url: str, deadline: float, what: str, ctx: ssl.SSLContext | None = None) -> None:
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except urllib.error.HTTPError as err:  # up, not ready yet (503); close its connection
-            err.close()
-            last = err
-        except (urllib.error.URLError, ConnectionError, OSError) as err:
-            last = err
-        time.sleep(0.1)
-    raise TimeoutError(f"{what} did not become healthy at {url}: {last}")
 
 
 def main(argv: list[str] | None = None) -> int:

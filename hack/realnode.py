@@ -26,6 +26,7 @@ import shlex
 import subprocess
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -58,6 +59,7 @@ class Plane(Protocol):
     server: str
 
     def spawn(self, name: str, argv: list[str]) -> None: ...
+    def wait(self, what: str, ready: Callable[[], object], deadline: float, interval: float = 0.2) -> None: ...
     def api(self, method: str, path: str, body: Any = None, *, allow_missing: bool = False,
             content_type: str = "application/json") -> Any: ...
 
@@ -106,10 +108,8 @@ class RealNode:
         config = self.dir / "containerd.toml"
         config.write_text(containerd_config(cni))
         self.plane.spawn("containerd", ["/usr/bin/containerd", "--config", str(config)])
-        while not SOCKET.exists() or ctr("version", check=False).returncode != 0:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"containerd did not start: {self.plane.root / 'logs' / 'containerd.log'}")
-            time.sleep(0.2)
+        self.plane.wait("containerd started", lambda: SOCKET.exists() and ctr("version", check=False).returncode == 0,
+                        deadline)
 
     def _start_coredns(self) -> None:
         corefile = self.dir / "Corefile"
@@ -138,14 +138,17 @@ class RealNode:
         self.plane.spawn("kube-proxy", [str(bin_path("kube-proxy")), f"--config={config}", "--v=1"])
 
     def _wait_node_ready(self, deadline: float) -> None:
-        while True:
+        conditions: list[dict[str, Any]] = []
+
+        def ready() -> bool:
             node = self.plane.api("GET", f"/api/v1/nodes/{NODE_NAME}", allow_missing=True)
-            conditions = (node or {}).get("status", {}).get("conditions", [])
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"node {NODE_NAME} not Ready: {conditions}; logs in {self.plane.root / 'logs'}")
-            time.sleep(0.5)
+            conditions[:] = (node or {}).get("status", {}).get("conditions", [])
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        try:
+            self.plane.wait(f"node {NODE_NAME} Ready", ready, deadline, 0.5)
+        except TimeoutError as err:
+            raise TimeoutError(f"{err}: {conditions}") from None
 
     # -- down ----------------------------------------------------------------------------------
 

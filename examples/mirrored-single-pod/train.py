@@ -2,7 +2,11 @@
 
 A DistTrainJob with one worker still gives the pod a stable name, restart policy, deadlines and
 status. The GPUs are the pod's `nvidia.com/gpu` limit; TensorFlow sees them all.
-Environment: TRAIN_STEPS (default 300).
+
+With no GPU (a CPU image, a laptop, the end-to-end tests) the CPU is split into CPU_REPLICAS
+logical devices and the strategy mirrors the model across those instead: the same code path
+(one replica per device, gradients all-reduced in sync every step), only slower.
+Environment: TRAIN_STEPS (default 300), CPU_REPLICAS (default 4).
 """
 
 import json
@@ -14,9 +18,22 @@ import tensorflow as tf
 import tf_keras as keras
 
 
+def strategy_devices() -> list[str] | None:
+    """None (every GPU, MirroredStrategy's default) when there are GPUs; else CPU_REPLICAS
+    logical CPUs, made before TensorFlow initialises its devices (it refuses afterwards)."""
+    if tf.config.list_physical_devices("GPU"):
+        return None
+    replicas = int(os.environ.get("CPU_REPLICAS", "4"))
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    return [d.name for d in tf.config.list_logical_devices("CPU")]
+
+
 def main() -> None:
-    strategy = tf.distribute.MirroredStrategy()
-    print(f"replicas in sync: {strategy.num_replicas_in_sync}", flush=True)
+    devices = strategy_devices()
+    strategy = tf.distribute.MirroredStrategy(devices=devices)
+    print(json.dumps({"event": "strategy", "replicas_in_sync": strategy.num_replicas_in_sync,
+                      "devices": list(strategy.extended.worker_devices)}), flush=True)
     rng = np.random.RandomState(0)
     x = rng.rand(4096, 32).astype("float32")
     y = (x.sum(axis=1) > 16).astype("int32")
@@ -29,7 +46,12 @@ def main() -> None:
                       metrics=["accuracy"])
     steps = int(os.environ.get("TRAIN_STEPS", "300"))
     history = model.fit(data, epochs=3, steps_per_epoch=max(1, steps // 3), verbose=2)
-    print(json.dumps({"final_accuracy": history.history["accuracy"][-1]}))
+    # One variable, one value: each replica's copy of the weights after the last all-reduce.
+    copies = [v.numpy().tobytes() for v in strategy.experimental_local_results(model.trainable_variables[0])]
+    print(json.dumps({"event": "done", "replicas_in_sync": strategy.num_replicas_in_sync,
+                      "losses": history.history["loss"], "final_accuracy": history.history["accuracy"][-1],
+                      "replica_weights_identical": len(set(copies)) == 1, "replica_copies": len(copies)}),
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,20 @@ CONFIG_MOUNT = "/etc/mpi"
 HOSTFILE = "hostfile"
 DISCOVER_HOSTS = "discover_hosts.sh"
 SSH_KEY = "id_ed25519"
+SSH_PORT = 22
 SSH_CONNECTION_ATTEMPTS = "-o ConnectionAttempts=10"
 # The kubelet makes a Secret volume's directory world-writable (kubernetes/kubernetes#61049),
 # which sshd's StrictModes rejects ("bad ownership or modes for directory /root/.ssh"): the
 # key files themselves are 0600 and the volume is read-only, so the check protects nothing here.
 WORKER_SSHD = ["/usr/sbin/sshd", "-De", "-o", "StrictModes=no"]
+# Ready means reachable (mpi-operator#386): without a probe the kubelet marks the worker Ready when
+# its container starts, before sshd listens, and `launcherStart: WhenWorkersReady` would start
+# mpirun against a closed port. A startup probe, not a readiness probe: the container is not Ready
+# until it passes (the kubelet checks `started` first), and it stops once passed, so sshd logs one
+# probe connection, not one a second for the whole job. 120 tries a second apart: an sshd that
+# doesn't listen in 2 minutes is broken, and the failed container fails the pod as any exit would.
+def sshd_startup_probe() -> dict[str, Any]:
+    return {"tcpSocket": {"port": SSH_PORT}, "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 120}
 
 
 @dataclass(frozen=True)
@@ -171,11 +180,13 @@ def pod_additions(job: JobRef, mpi: MPISpec, key: PodKey, pod: Mapping[str, Any]
     first = out["spec"]["containers"][0] if out["spec"]["containers"] else {}
     if key.replica_type == ReplicaType.WORKER and not first.get("command") and not first.get("args"):
         first["command"] = WORKER_SSHD
+        if not first.get("startupProbe") and not first.get("readinessProbe"):
+            first["startupProbe"] = sshd_startup_probe()
     return out
 
 
 def service_port() -> dict[str, Any]:
-    return {"name": "ssh", "port": 22, "targetPort": 22}
+    return {"name": "ssh", "port": SSH_PORT, "targetPort": SSH_PORT}
 
 
 def supporting_objects(job: JobRef, mpi: MPISpec, keys: SSHKeys,

@@ -27,6 +27,7 @@ import yaml
 
 from support import (
     ROOT,
+    TIMED,
     Cluster,
     LogFollower,
     OperatorProcess,
@@ -88,9 +89,11 @@ def job_namespace(cluster: Cluster, chart_operator: str) -> Iterator[str]:
 
 
 def apply_example(cluster: Cluster, ns: str, path: Path, tmp_path: Path,
-                  env: dict[str, str] | None = None) -> dict[str, Any]:
+                  env: dict[str, str] | None = None,
+                  edit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """`kubectl apply -f` the example; each PersistentVolumeClaim in it gets a hostPath volume on
-    the node. `env` overrides variables of the example's containers (the fault run's length)."""
+    the node. `env` overrides variables of the example's containers (the fault run's length);
+    `edit` changes each of them (a GPU example run on this CPU node)."""
     import realnode
 
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
@@ -101,6 +104,10 @@ def apply_example(cluster: Cluster, ns: str, path: Path, tmp_path: Path,
             for container in replica["template"]["spec"]["containers"]:
                 container["env"] = [e for e in container.get("env", []) if e["name"] not in env] + [
                     {"name": k, "value": v} for k, v in env.items()]
+    if edit:
+        for replica in yaml_replicas(docs):
+            for each in replica["template"]["spec"]["containers"]:
+                edit(each)
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
     return next(d for d in docs if d["kind"] == "DistTrainJob")
 
@@ -235,6 +242,31 @@ def test_tf1_between_graph(cluster: Cluster, job_namespace: str, tmp_path: Path,
     assert result["final_loss"] < result["first_loss"], result
 
 
+def on_cpu(container: dict[str, Any]) -> None:
+    """A GPU example's container as this GPU-less node runs it: the CPU image, a CPU's resources."""
+    container["image"] = container["image"].removesuffix("-gpu")
+    container["resources"] = {"limits": {"cpu": "2", "memory": "4Gi"}}
+
+
+def test_mirrored_single_pod_on_four_logical_cpus(cluster: Cluster, job_namespace: str, tmp_path: Path,
+                                                  follow: Follow) -> None:
+    """The 4-GPU MirroredStrategy example on this node's CPU: with no GPU it splits the CPU into 4
+    logical devices and mirrors across them; the 4 replicas must train in sync (one all-reduced
+    copy of the weights) and the loss fall (issue 20)."""
+    started = time.monotonic()
+    apply_example(cluster, job_namespace, EXAMPLES / "mirrored-single-pod" / "job.yaml", tmp_path,
+                  env={"TRAIN_STEPS": "150"}, edit=on_cpu)
+    logs = follow(job_namespace, running_with(cluster, job_namespace, "mirrored-4gpu", {"mirrored-4gpu-worker-0"}))
+    finish(cluster, job_namespace, "mirrored-4gpu", started, logs)
+    log = logs["mirrored-4gpu-worker-0"]
+    strategy = log.wait_event(lambda e: e.get("event") == "strategy", "the strategy line")
+    assert strategy["replicas_in_sync"] == 4 and len(strategy["devices"]) == 4, strategy
+    assert all("CPU" in d for d in strategy["devices"]), strategy
+    done = log.wait_event(lambda e: e.get("event") == "done", "the result")
+    assert done["replicas_in_sync"] == 4 and done["replica_copies"] == 4 and done["replica_weights_identical"], done
+    assert done["losses"][-1] < done["losses"][0], done
+
+
 def test_horovod(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
     started = time.monotonic()
     apply_example(cluster, job_namespace, EXAMPLES / "horovod" / "job.yaml", tmp_path)
@@ -247,6 +279,45 @@ def test_horovod(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: F
     done = wait_for(lambda: len(d := [e for e in log.events() if e.get("event") == "done"]) == 2 and d, 30,
                     "both ranks' final lines")
     assert {d["size"] for d in done} == {2} and len({d["weights_sha256"] for d in done}) == 1, done
+
+
+def test_the_launcher_waits_for_a_late_sshd(cluster: Cluster, job_namespace: str, tmp_path: Path,
+                                           follow: Follow) -> None:
+    """Ready means reachable (issue 20, mpi-operator#386): the workers' SSH port refuses
+    connections for the first LATE seconds (a REJECT on the node for the pods' port 22, as an sshd
+    not yet listening answers), so the workers run but are not Ready, no launcher is made, and it
+    is made once the port answers; mpirun's connections then succeed and the job trains."""
+    import realnode
+
+    late = 10
+    rule = ["OUTPUT", "-d", realnode.SUBNET, "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset"]
+    subprocess.run(["iptables", "-w", "-I", *rule], check=True)
+    try:
+        started = time.monotonic()
+        apply_example(cluster, job_namespace, EXAMPLES / "horovod" / "job.yaml", tmp_path, env={"TRAIN_STEPS": "60"})
+        workers = wait_pods_running(cluster, job_namespace, "horovod-keras", 2, timeout=120)
+        time.sleep(late)
+        pods = cluster.pods(job_namespace, "disttrain.dev/job-name=horovod-keras")
+        assert {p.metadata.name for p in pods} == {w.metadata.name for w in workers}, "no launcher yet"
+        for pod in pods:
+            status = pod.status.container_statuses[0]
+            assert status.state.running and not status.ready and not status.started, (pod.metadata.name, status)
+    finally:
+        subprocess.run(["iptables", "-w", "-D", *rule], check=True)
+        opened = time.time()
+    launcher_pod = wait_for(lambda: next(iter(cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")),
+                                         None), 60, "the launcher")
+    assert launcher_pod.metadata.creation_timestamp.timestamp() >= opened - 1, "made only once sshd answered"
+    launcher_pod = wait_for(lambda: next((p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")
+                                          if p.status.phase in ("Running", "Succeeded")), None), 120, "it to run")
+    logs = follow(job_namespace, [launcher_pod])
+    finish(cluster, job_namespace, "horovod-keras", started, logs, timing="horovod-keras (late sshd)")
+    log = logs["horovod-keras-launcher"]
+    record_timing("e2e", "late sshd: the launcher made after port 22 opened",
+                  launcher_pod.metadata.creation_timestamp.timestamp() - opened)
+    TIMED.append(f"e2e: late sshd: the launcher's first line: {log.lines[0] if log.lines else '(none)'}")
+    assert not [line for line in log.lines if "Connection refused" in line or "ORTE was unable" in line], log.lines[:20]
+    assert cluster.job_status(job_namespace, "horovod-keras").get("restarts", 0) == 0
 
 
 def test_a_killed_horovod_worker_resumes_from_its_checkpoint(cluster: Cluster, job_namespace: str, tmp_path: Path,

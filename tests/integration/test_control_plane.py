@@ -123,6 +123,24 @@ def test_cluster_down_leaves_no_process(tmp_path: Path) -> None:
             os.kill(pid, 0)
 
 
+def test_a_component_that_dies_at_start_up_is_named_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20: KWOK crashed at start-up and `up` spent its whole timeout waiting for nodes that
+    a dead process would never make Ready. A component that exits while the plane starts is now
+    named at once, with the end of its log."""
+    import time
+
+    from localcluster import ComponentDied, LocalCluster
+
+    crash = ["sh", "-c", "echo 'fatal error: concurrent map writes'; exit 2"]
+    monkeypatch.setattr(LocalCluster, "kwok_argv", lambda self, value: crash)
+    cluster = LocalCluster(root=tmp_path / "plane", nodes=1, gang_schedulers=False, kueue=False)
+    started = time.monotonic()
+    with pytest.raises(ComponentDied, match=r"(?s)^kwok exited.*kwok \(exit 2\).*concurrent map writes"):
+        cluster.up(timeout=120)
+    assert time.monotonic() - started < 60, "named while waiting, not after the timeout"
+    assert not cluster.processes, "and the rest stopped"
+
+
 def test_finishing_a_pod_the_operator_already_removed_is_a_normal_end(cluster: Cluster, namespace: str) -> None:
     """hack/kwokpods.finish_pod, which the demo, the tests and the benchmark use: a pod deleted,
     being deleted, or replaced by a newer pod of the same name has simply ended (issue: the demo

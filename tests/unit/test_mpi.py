@@ -105,3 +105,30 @@ def test_pods_get_ssh_config_and_sshd() -> None:
     assert mounts == {"/root/.ssh", "/etc/mpi"}
     kinds = [o["kind"] for o in supporting_objects(REF, spec, mpi.generate_ssh_keys("x"), [])]
     assert kinds == ["Service", "ConfigMap", "Secret"]
+
+
+def _worker(container: dict[str, Any]) -> dict[str, Any]:
+    spec = parse_spec({"mpi": {"launcher": {"template": {"spec": {"containers": [{"name": "l", "image": "h"}]}}},
+                               "worker": {"replicas": 1, "template": {"spec": {"containers": [container]}}}}})
+    first: dict[str, Any] = job_pod(REF, spec, PodKey("worker", 0))["spec"]["containers"][0]
+    return first
+
+
+def test_the_default_sshd_worker_is_ready_only_once_sshd_accepts_connections() -> None:
+    """mpi-operator#386: Ready at container start is before sshd listens; WhenWorkersReady then
+    starts mpirun against a closed port. A startup probe on the SSH port holds Ready back."""
+    probe = _worker({"name": "w", "image": "h"})["startupProbe"]
+    assert probe["tcpSocket"] == {"port": 22} and probe["periodSeconds"] == 1
+    assert probe["failureThreshold"] * probe["periodSeconds"] >= 60, "a slow start is not a failure"
+
+
+@pytest.mark.parametrize("container", [
+    {"name": "w", "image": "h", "command": ["python", "train.py"]},  # the user's own program
+    {"name": "w", "image": "h", "args": ["-p", "2222"]},
+    {"name": "w", "image": "h", "readinessProbe": {"exec": {"command": ["true"]}}},
+    {"name": "w", "image": "h", "startupProbe": {"tcpSocket": {"port": 2222}}},
+], ids=["own-command", "own-args", "own-readiness-probe", "own-startup-probe"])
+def test_a_worker_that_brings_its_own_command_or_probe_keeps_its_own(container: dict[str, Any]) -> None:
+    first = _worker(container)
+    assert first.get("startupProbe") == container.get("startupProbe")
+    assert first.get("readinessProbe") == container.get("readinessProbe")
