@@ -17,7 +17,7 @@ from disttrain.reasons import Reason
 
 
 class ChildrenAPI(Protocol):
-    async def create(self, obj: dict[str, Any]) -> bool: ...
+    async def create(self, obj: dict[str, Any]) -> str | None: ...
     async def get_metadata(self, obj: dict[str, Any]) -> dict[str, Any] | None: ...
     async def replace_config_map_data(self, obj: dict[str, Any]) -> bool: ...
 
@@ -82,12 +82,16 @@ class Children:
                 exp.not_created(name)
                 raise
             if created:
+                exp.created_as(name, created)
                 metrics.PODS_CREATED.inc()
                 return None
             # Taken, and not seen in our index as ours: an earlier job's pod (waited out on its
             # next event) or something else's.
-            found = ownership(ref, await self.kube.get_metadata(pod))
-            if found is not Ownership.OURS:
+            meta = await self.kube.get_metadata(pod)
+            found = ownership(ref, meta)
+            if found is Ownership.OURS:
+                exp.created_as(name, str((meta or {}).get("uid") or ""))
+            else:
                 exp.not_created(name)
             if found is Ownership.FOREIGN:
                 return Reason.OBJECT_NOT_OWNED, not_owned_message(ref, pod)

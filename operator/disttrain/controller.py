@@ -43,10 +43,16 @@ WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
 # How soon to look again at a name an earlier job's object still holds (we don't watch Services,
 # ConfigMaps or Secrets; garbage collection removes them within seconds).
 RETRY_TAKEN_NAME_SECONDS = 1.0
+
+
+def meta_version(body: Mapping[str, Any]) -> str | None:
+    return (body.get("metadata") or {}).get("resourceVersion")
+
+
 class KubeAPI(Protocol):
     """The API writes the controller makes (`disttrain.kube.Kube`; an in-memory fake in tests)."""
 
-    async def create(self, obj: Mapping[str, Any]) -> bool: ...
+    async def create(self, obj: Mapping[str, Any]) -> str | None: ...
     async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
     async def patch(self, obj: Mapping[str, Any], body: Mapping[str, Any], *, status: bool = False,
                     apply: bool = False) -> None: ...
@@ -111,8 +117,8 @@ class Controller:
         try:
             spec = parse_spec(body.get("spec") or {})
         except SpecError as err:
-            await self._fail(ref, body.get("status"), Reason.INVALID_SPEC, str(err))
-            return None
+            return await self._fail(key, ref, body.get("status"), meta.get("resourceVersion"),
+                                    Reason.INVALID_SPEC, str(err))
         started = self.clock.monotonic()
         job = JobState(ref=ref, generation=int(meta.get("generation") or 0), spec=spec,
                        status=dict(body.get("status") or {}))
@@ -129,7 +135,7 @@ class Controller:
         plan = create_refusals.hold(self.refusals.get(key), plan, self.clock.monotonic())
         try:
             if await self.namespaces.going_away(ref, plan, body.get("status") or {}, self._pods.get(key, ()),
-                                               self._expectations(key, ref).deleted):
+                                               set(self._expectations(key, ref).deleted)):
                 return None  # the namespace controller is deleting it all: nothing to write (teardown.py)
             return await self._apply(key, ref, spec.framework.value, body, plan)
         except NamespaceTerminating:
@@ -164,10 +170,7 @@ class Controller:
         if not await self._write_status(key, ref, body, plan):
             return 1.0  # someone else wrote the job meanwhile: its event re-queues it (the timer: a safety net)
         exp = self._expectations(key, ref)
-        for pod in plan.delete:
-            exp.expect_deleted(pod.uid)
-        await asyncio.gather(*(self.kube.delete_pod(ref.namespace, p.name, p.uid) for p in plan.delete))
-        metrics.PODS_DELETED.inc(len(plan.delete))
+        await self._delete_pods(ref, exp, plan.delete)
 
         try:
             await self.queues.write(ref, plan.workload)
@@ -188,8 +191,9 @@ class Controller:
             self.refusals.pop(key, None)  # its pods were made: the refusal has passed
         if failure is not None:
             # On top of the status just written, so start time, counts and conditions stay.
-            await self._fail(ref, plan.status, *failure)
-            return None
+            last = self.statuses.get(key)
+            version = last.after if last is not None and last.status == plan.status else meta_version(body)
+            return await self._fail(key, ref, plan.status, version, *failure)
         if plan.delete_job:
             log.info("deleting %s/%s: ttlSecondsAfterFinished has passed", ref.namespace, ref.name)
             await self.kube.delete_job(ref.namespace, ref.name, ref.uid)
@@ -197,6 +201,23 @@ class Controller:
         if wait:
             plan.requeue_within(RETRY_TAKEN_NAME_SECONDS)
         return plan.requeue_after
+
+    async def _delete_pods(self, ref: JobRef, exp: Expectations, pods: list[ObservedPod]) -> None:
+        """Delete `pods` by uid, each expected gone until its deletion shows. A delete that fails
+        (429, 500, a timeout) is no longer expected: raised, the work queue retries the job with
+        backoff, and the pass then finds the pod as it was and deletes it again (status.deletedPods
+        keeps the failure from being counted twice)."""
+        pods = [p for p in pods if p.uid]  # a create still in flight: deleted once it answers
+        for pod in pods:
+            exp.expect_deleted(pod.uid)
+        results = await asyncio.gather(*(self.kube.delete_pod(ref.namespace, p.name, p.uid) for p in pods),
+                                       return_exceptions=True)
+        failed = [(pod, err) for pod, err in zip(pods, results, strict=True) if isinstance(err, BaseException)]
+        for pod, _ in failed:
+            exp.not_deleted(pod.uid)
+        metrics.PODS_DELETED.inc(len(pods) - len(failed))
+        if failed:
+            raise failed[0][1]
 
     async def _refused(self, key: JobKey, ref: JobRef, body: Mapping[str, Any], plan: Plan, message: str) -> float:
         """Admission refused a pod: the job says so and waits (create_refusals.py)."""
@@ -237,18 +258,26 @@ class Controller:
         self.statuses[key] = status_writes.WrittenStatus(rv or "", status_writes.version(written), plan.status, now)
         return True
 
-    async def _fail(self, ref: JobRef, status: Mapping[str, Any] | None, reason: Reason, message: str) -> None:
-        """A job only the operator can see is wrong: phase Failed, the message, a Warning event."""
+    async def _fail(self, key: JobKey, ref: JobRef, status: Mapping[str, Any] | None, version: str | None,
+                    reason: Reason, message: str) -> float | None:
+        """A job only the operator can see is wrong: phase Failed, the message, a Warning event.
+        A finished job's verdict stands (Succeeded is never turned Failed, a first failure's time
+        and words are kept); the write is made over the resourceVersion the verdict was drawn
+        from, and a job changed meanwhile is looked at again."""
         current = dict(status or {})
-        if current.get("phase") == Phase.FAILED.value and current.get("message") == message:
-            return
+        if current.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value):
+            return None
         now = timestamp(self.clock.now())
         new = enter_phase(current, Phase.FAILED, reason, message, now)
-        new["completionTime"] = now
-        self.statuses.pop((ref.namespace, ref.name), None)
-        await self.kube.patch_job_status(ref.namespace, ref.name, new, None)
+        new["completionTime"] = current.get("completionTime") or now
+        self.statuses.pop(key, None)
+        try:
+            await self.kube.patch_job_status(ref.namespace, ref.name, new, version or None)
+        except Conflict:
+            return 1.0
         await self._event(ref, Event("Warning", reason, message))
         metrics.count_transition(reason)
+        return None
 
     async def _event(self, ref: JobRef, event: Event) -> None:
         # The same line in the operator's log: what happened to a job, in order, when events have expired.

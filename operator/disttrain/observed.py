@@ -34,15 +34,17 @@ class ObservedPod:
     # preemption, a drain, the pod garbage collector): "<reason>: <message>".
     disruption: str | None = None
     finished_at: str | None = None  # when its failed container ended (RFC 3339, the kubelet's clock)
+    init_container: str | None = None  # the init container that exited non-zero, when it was one
 
     @property
     def active(self) -> bool:
         return not self.terminating and self.phase in ("Pending", "Running", "Unknown")
 
     @classmethod
-    def expected(cls, name: str, key: PodKey, owner_uid: str) -> ObservedPod:
-        """A pod we created whose watch event hasn't arrived yet: it counts as Pending."""
-        return cls(name=name, uid="", owner_uid=owner_uid, replica_type=key.replica_type, index=key.index,
+    def expected(cls, name: str, key: PodKey, owner_uid: str, uid: str = "") -> ObservedPod:
+        """A pod we created whose watch event hasn't arrived yet: it counts as Pending. `uid`: the
+        create's answer ("" while the create is in flight)."""
+        return cls(name=name, uid=uid, owner_uid=owner_uid, replica_type=key.replica_type, index=key.index,
                    phase="Pending", ready=False, terminating=False, exit_code=None, reason=None,
                    container_restarts=0)
 
@@ -61,12 +63,17 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         (f"{c.get('reason')}: {c.get('message')}" if c.get("message") else c.get("reason")
          for c in conditions if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
     reason: str | None = status.get("reason") or disruption
-    for cs in statuses:
+    init_container: str | None = None
+    # Init containers first: one that failed ended the pod before its containers ran (a dataset
+    # download exiting 1 is the program's verdict, not a kill to retry).
+    inits = [(cs, True) for cs in status.get("initContainerStatuses") or []]
+    for cs, is_init in [*inits, *((cs, False) for cs in statuses)]:
         terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
         if terminated and terminated.get("exitCode", 0) != 0:
             exit_code = int(terminated["exitCode"])
             finished_at = terminated.get("finishedAt")
             reason = reason or terminated.get("reason")
+            init_container = cs.get("name") if is_init else None
             break
     try:
         index = int(labels.get(REPLICA_INDEX_LABEL, "0"))
@@ -90,6 +97,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         stuck=stuck_container(status),
         disruption=disruption,
         finished_at=finished_at,
+        init_container=init_container,
     )
 
 

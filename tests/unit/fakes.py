@@ -47,11 +47,14 @@ class FakeKube:
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)  # (verb, what)
     statuses: list[dict[str, Any]] = field(default_factory=list)
+    status_versions: list[str | None] = field(default_factory=list)  # the resourceVersion each write named
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     invalid: dict[str, str] = field(default_factory=dict)  # pod name -> the API server's complaint
     refused: dict[str, str] = field(default_factory=dict)  # pod name -> admission's refusal (403)
     conflicts: int = 0  # the next N status patches are refused
     terminating: set[str] = field(default_factory=set)  # namespaces being deleted: creates refused (403)
+    delete_failures: list[Exception] = field(default_factory=list)  # the next pod deletes raise these
+    lost_deletes: int = 0  # the next N pod deletes answer and do nothing
 
     def add(self, obj: dict[str, Any]) -> dict[str, Any]:
         stored = copy.deepcopy(obj)
@@ -59,7 +62,7 @@ class FakeKube:
         self.objects[key_of(stored)] = stored
         return stored
 
-    async def create(self, obj: Mapping[str, Any]) -> bool:
+    async def create(self, obj: Mapping[str, Any]) -> str | None:
         self.calls.append(("create", "/".join(key_of(obj))))
         if obj["metadata"]["namespace"] in self.terminating:
             raise NamespaceTerminating(obj["metadata"]["namespace"])
@@ -68,9 +71,8 @@ class FakeKube:
         if obj["metadata"]["name"] in self.refused:
             raise Refused(self.refused[obj["metadata"]["name"]])
         if key_of(obj) in self.objects:
-            return False
-        self.add(dict(obj))
-        return True
+            return None
+        return str(self.add(dict(obj))["metadata"]["uid"])
 
     served: set[str] = field(default_factory=lambda: {"v1", "scheduling.k8s.io/v1alpha2"})
 
@@ -124,6 +126,11 @@ class FakeKube:
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete", f"Pod/{namespace}/{name}"))
+        if self.delete_failures:
+            raise self.delete_failures.pop(0)
+        if self.lost_deletes:
+            self.lost_deletes -= 1
+            return
         found = self.objects.get(("Pod", namespace, name))
         if found is not None and found["metadata"]["uid"] == uid:
             del self.objects[("Pod", namespace, name)]
@@ -135,6 +142,7 @@ class FakeKube:
             self.conflicts -= 1
             raise Conflict(name)
         self.statuses.append(copy.deepcopy(dict(status)))
+        self.status_versions.append(resource_version)
         return {"status": dict(status)}
 
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:

@@ -204,3 +204,95 @@ def test_a_job_deleted_from_the_index_is_forgotten() -> None:
         assert not h.controller.ssh_keys and not h.controller.children.supported
         assert KEY not in h.controller.expectations
     run(scenario)
+
+
+# -- issue 21: the failure machinery ------------------------------------------------------------
+
+OOM = {"phase": "Failed", "containerStatuses": [{"name": "c", "restartCount": 0, "state": {
+    "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+
+
+class ServerError(Exception):
+    """What a delete answered with 429 or 500, or one that timed out, raises."""
+
+
+def test_a_pod_delete_that_fails_is_retried() -> None:
+    """Defect 1: the uid was recorded as deleted before the call and never taken back, so a
+    delete answered 500 left the pod 'terminating' in our eyes forever: the restart waited on it."""
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await h.reconcile()
+        h.watch(**RUNNING)
+        await h.reconcile()
+        h.watch(**OOM)
+        h.kube.delete_failures = [ServerError("500"), ServerError("429")]
+        with pytest.raises(ServerError):
+            await h.reconcile()  # the work queue retries it with backoff
+        assert h.status()["phase"] == "Restarting" and len(h.kube.pods()) == 2
+        h.watch(**OOM)
+        await h.reconcile()
+        assert not h.kube.pods(), "the failed deletes made again"
+        assert h.status()["restarts"] == 1, "and the failure counted once"
+    run(scenario)
+
+
+def test_a_delete_whose_effect_never_shows_is_made_again() -> None:
+    """Defect 1, second half: delete expectations expire as create ones do."""
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await h.reconcile()
+        h.watch(**RUNNING)
+        await h.reconcile()
+        h.watch(**OOM)
+        h.kube.lost_deletes = 2  # answered 200, and nothing happened (a webhook, a lost write)
+        await h.reconcile()
+        assert len(h.kube.pods()) == 2
+        h.watch(**OOM)
+        await h.reconcile()
+        assert len(h.kube.writes("delete")) == 2, "still within the expectation"
+        h.clock.advance(CREATE_EXPECTATION_SECONDS + 1)
+        await h.reconcile()
+        assert not h.kube.pods(), "expired: deleted again"
+    run(scenario)
+
+
+def test_a_pod_created_but_not_yet_seen_does_not_survive_a_whole_job_restart() -> None:
+    """Defect 2: an unseen pod had uid "", its delete (uid precondition "") was refused with 409
+    and swallowed, and the old attempt's worker joined the new one."""
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await h.reconcile()
+        stale = h.kube.objects[("Pod", "ml", "mnist-worker-1")]["metadata"]["uid"]
+        h.pods[:] = [p for p in h.kube.observed(**OOM) if p.name == "mnist-worker-0"]  # worker-1 unseen
+        await h.reconcile()
+        assert h.status()["phase"] == "Restarting"
+        assert all(p["metadata"]["uid"] != stale for p in h.kube.pods()), "the unseen worker deleted by its uid"
+    run(scenario)
+
+
+def test_a_finished_job_is_never_failed_again() -> None:
+    """Defect 14: `_fail` wrote without looking at the phase or the resourceVersion, so a pass that
+    found the spec invalid flipped a Succeeded job to Failed and restarted its TTL clock."""
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        h.body["status"] = {"phase": "Succeeded", "completionTime": "2026-11-22T11:00:00Z"}
+        h.body["spec"] = {"tensorflow": {}}  # no replica: only the operator can tell
+        await h.reconcile()
+        assert not h.kube.statuses, "a Succeeded job stays Succeeded"
+    run(scenario)
+
+
+def test_failing_a_job_keeps_its_completion_time_and_checks_its_version() -> None:
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        h.body["spec"] = {"tensorflow": {}}
+        h.body["metadata"]["resourceVersion"] = "7"
+        await h.reconcile()
+        assert h.status()["phase"] == "Failed" and h.kube.status_versions[-1] == "7", "over the version it read"
+        first = h.status()["completionTime"]
+        h.watch()
+        h.kube.conflicts = 1  # the job changed meanwhile: refused, and looked at again
+        h.clock.advance(60)
+        assert await h.reconcile() is None
+        assert h.status()["completionTime"] == first
+    run(scenario)

@@ -320,3 +320,23 @@ def test_a_failed_launcher_waits_a_moment_for_its_workers_then_fails_the_job() -
     assert (alone.status["phase"], alone.status["reason"]) == ("Failed", "ReplicaFailed")
     assert alone.status["message"] == ("launcher 0 (pod mnist-launcher) exited with code 1; "
                                        "restartPolicy Never does not retry")
+
+
+def test_an_init_container_that_exits_1_fails_the_job_naming_it() -> None:
+    """Issue 21, defect 6: only containerStatuses were read, so an init container exiting 1 (a
+    dataset download that failed) had no exit code, counted as killed, and was retried until
+    BackoffLimitExceeded."""
+    observed = observe_pod({
+        "metadata": {"name": "mnist-worker-2", "uid": "uid-1-worker-2", "labels": {
+            "disttrain.dev/replica-type": "worker", "disttrain.dev/replica-index": "2"},
+            "ownerReferences": [{"uid": "uid-1", "controller": True}]},
+        "status": {"phase": "Failed", "initContainerStatuses": [{"name": "fetch-data", "restartCount": 0, "state": {
+            "terminated": {"exitCode": 1, "reason": "Error", "finishedAt": "2026-11-22T11:59:00Z"}}}],
+            "containerStatuses": [{"name": "tensorflow", "restartCount": 0, "state": {
+                "waiting": {"reason": "PodInitializing"}}}]}})
+    assert (observed.exit_code, observed.init_container) == (1, "fetch-data")
+    pods = [pod("worker", 0), pod("worker", 1), observed, pod("worker", 3)]
+    plan = step(MWMS, pods, {"phase": "Running"})
+    assert plan.status["phase"] == "Failed", plan.status
+    assert plan.status["message"] == ("worker 2 (pod mnist-worker-2) init container fetch-data exited with code 1 "
+                                      "(Error); restartPolicy ExitCode does not retry exit codes 1-127")

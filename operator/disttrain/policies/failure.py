@@ -51,6 +51,8 @@ def launcher_grace_left(pod: ObservedPod, now: datetime.datetime) -> float:
 
 def describe_failure(pod: ObservedPod) -> str:
     how = f"exited with code {pod.exit_code}" if pod.exit_code is not None else "failed"
+    if pod.init_container:
+        how = f"init container {pod.init_container} {how}"
     why = f" ({pod.reason})" if pod.reason else ""
     return f"{pod.replica_type} {pod.index} (pod {pod.name}) {how}{why}"
 
