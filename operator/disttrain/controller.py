@@ -169,6 +169,11 @@ class Controller:
                      plan: Plan) -> float | None:
         if not await self._write_status(key, ref, body, plan):
             return 1.0  # someone else wrote the job meanwhile: its event re-queues it (the timer: a safety net)
+        # The transitions just written are told at once: whatever stops this pass below (a
+        # delete refused, Kueue's Conflict), they happened.
+        for event in plan.events:
+            await self._event(ref, event)
+            metrics.count_transition(event.reason)
         exp = self._expectations(key, ref)
         await self._delete_pods(ref, exp, plan.delete)
 
@@ -182,9 +187,6 @@ class Controller:
         if ref.uid in self.children.supported:
             for obj in plan.keep_current:
                 await self.children.keep_current(ref, obj)
-        for event in plan.events:
-            await self._event(ref, event)
-            metrics.count_transition(event.reason)
         if failure is not None and failure[0] is Reason.POD_CREATE_REFUSED:
             return await self._refused(key, ref, body, plan, failure[1])
         if any(o["kind"] == "Pod" for o in plan.create):

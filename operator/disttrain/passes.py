@@ -57,8 +57,14 @@ class Pass:
         self.live = [p for p in self.own if not p.terminating]
         self.plan = Plan(status=dict(job.status))
         self.phase = Phase(job.status.get("phase") or Phase.PENDING)
-        self.restarts_so_far = int(job.status.get("operatorRestarts", 0))
         self.kubelet_restarts = sum(p.container_restarts for p in self.live)
+        # Restarts the kubelet made in pods gone since the last status without the operator
+        # deleting them (`kubectl delete pod`, the pod garbage collector) are banked: RESTARTS
+        # never goes down and the backoff budget is never refunded (docs/api.md).
+        banked = int(job.status.get("operatorRestarts", 0))
+        vanished = int(job.status.get("restarts", 0)) - banked - self.kubelet_restarts
+        self.restarts_so_far = banked + max(0, vanished)
+        self.plan.status["operatorRestarts"] = self.restarts_so_far
         self.wanted = {pod_name(job.ref.name, k.replica_type, k.index): k for k in desired_pod_keys(self.spec)}
         # Failed pods, and pods someone else is deleting for a disruption (its DisruptionTarget: a
         # node gone NotReady and its taint eviction, a preemption, a drain). The latter fail with no

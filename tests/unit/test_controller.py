@@ -296,3 +296,20 @@ def test_failing_a_job_keeps_its_completion_time_and_checks_its_version() -> Non
         assert await h.reconcile() is None
         assert h.status()["completionTime"] == first
     run(scenario)
+
+
+def test_the_events_of_a_written_status_are_posted_even_when_the_pass_stops_early() -> None:
+    """Defect 13: events were posted last, after the deletes, the Kueue write and the creates; a
+    pass that stopped on the way (an exception, Kueue's Conflict) lost them for good."""
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await h.reconcile()
+        h.watch(**RUNNING)
+        await h.reconcile()
+        h.watch(**OOM)
+        h.kube.delete_failures = [ServerError("500")]
+        with pytest.raises(ServerError):
+            await h.reconcile()
+        assert h.status()["phase"] == "Restarting"
+        assert ("Warning", "PodFailed") in [e[:2] for e in h.kube.events], h.kube.events
+    run(scenario)

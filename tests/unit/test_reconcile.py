@@ -340,3 +340,21 @@ def test_an_init_container_that_exits_1_fails_the_job_naming_it() -> None:
     assert plan.status["phase"] == "Failed", plan.status
     assert plan.status["message"] == ("worker 2 (pod mnist-worker-2) init container fetch-data exited with code 1 "
                                       "(Error); restartPolicy ExitCode does not retry exit codes 1-127")
+
+
+def test_restarts_of_a_pod_deleted_by_someone_else_stay_counted() -> None:
+    """Issue 21, defect 3: restarts the kubelet made were banked only for pods the operator
+    deleted; a pod deleted by `kubectl delete pod` took its restarts with it, RESTARTS went down
+    and the backoff budget was refunded."""
+    job = tf_job(worker=replica(2, "OnFailure"), run_policy={"backoffLimit": 5})
+    before = step(job, [pod("worker", 0, restarts=3), pod("worker", 1)], {"phase": "Running"})
+    assert before.status["restarts"] == 3
+    # worker-0 deleted from under the job (the pass that sees it gone: restarted, as a lost pod)
+    after = step(job, [pod("worker", 1)], before.status)
+    assert after.status["restarts"] >= 3 + 1, after.status
+    # and its replacement, running again, starts from 0 restarts of its own
+    fresh = [dataclasses.replace(pod("worker", i), uid=f"attempt-2-{i}") for i in (0, 1)]
+    later = step(job, fresh, {**after.status, "phase": "Running"})
+    assert later.status["restarts"] == after.status["restarts"], "never goes down"
+    over = step(job, [dataclasses.replace(fresh[0], container_restarts=2), fresh[1]], later.status)
+    assert over.status["phase"] == "Failed", "the budget was not refunded: 3 + 1 + 2 > 5"
