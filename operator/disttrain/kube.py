@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from disttrain.api_errors import REFUSALS, ErrorKind, classify
 from disttrain.constants import API_VERSION, FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
 from disttrain.status import timestamp
 from disttrain.teardown import NamespaceTerminating, refused_as_terminating
@@ -120,13 +121,14 @@ class Kube:
         except ApiException as err:
             if err.status == 409:
                 return None
-            # 400: a value the pod API can't decode (a quantity "a lot" the CRD let through: fuzz).
-            if err.status in (400, 422):
-                raise Invalid(_message(err)) from err
             if refused_as_terminating(err.status, err.body):
                 raise NamespaceTerminating(ns) from err
-            if err.status == 403:
-                raise Refused(_message(err)) from err
+            # Invalid: 422, or a 400 that is no webhook's (a quantity "a lot" the CRD let through: fuzz).
+            error = classify(err.status, err.body, err.reason or "")
+            if error.kind is ErrorKind.INVALID:
+                raise Invalid(error.message) from err
+            if error.kind in REFUSALS:
+                raise Refused(error.describe()) from err
             raise
         return str(created["metadata"]["uid"])
 
@@ -292,9 +294,3 @@ async def _read_checked(resp: Any) -> bytes:
         err.body, err.headers = data.decode("utf-8", "replace"), resp.headers
         raise err
 
-
-def _message(err: ApiException) -> str:
-    try:
-        return str(json.loads(err.body or b"{}").get("message") or err.reason)
-    except (TypeError, ValueError):
-        return str(err.reason)

@@ -1,0 +1,88 @@
+"""API errors told apart by the API server's Status body, not by the HTTP code alone (issue 21,
+defect 4): a webhook's denial answered 400 is a refusal that may pass, not an invalid pod; a 403
+says whether a quota, admission or the operator's own RBAC refused, and the message says which."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from disttrain.api_errors import ErrorKind, classify
+from disttrain.kube import Invalid, Kube, Refused
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mnist-worker-0", "namespace": "ml"}}
+
+
+def status(code: int, message: str, reason: str = "", **details: Any) -> bytes:
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
+                       "reason": reason, "code": code, **({"details": details} if details else {})}).encode()
+
+
+WEBHOOK_400 = status(400, 'admission webhook "validate.kyverno.svc-fail" denied the request: policy require-labels: '
+                          "label team is required")
+DECODE_400 = status(400, 'Pod in version "v1" cannot be handled as a Pod: quantities must match the regular '
+                         "expression", "BadRequest")
+INVALID_422 = status(422, 'Pod "mnist-worker-0" is invalid: spec.containers[0].image: Required value', "Invalid")
+RBAC_403 = status(403, 'pods is forbidden: User "system:serviceaccount:disttrain:disttrain-operator" cannot create '
+                       'resource "pods" in API group "" in the namespace "ml"', "Forbidden")
+QUOTA_403 = status(403, 'pods "mnist-worker-0" is forbidden: exceeded quota: gpu, requested: nvidia.com/gpu=1, '
+                        "used: nvidia.com/gpu=8, limited: nvidia.com/gpu=8", "Forbidden")
+PSA_403 = status(403, 'pods "mnist-worker-0" is forbidden: violates PodSecurity "restricted:latest": '
+                      "allowPrivilegeEscalation != false", "Forbidden")
+
+
+@pytest.mark.parametrize(("code", "body", "kind"), [
+    (400, WEBHOOK_400, ErrorKind.WEBHOOK), (400, DECODE_400, ErrorKind.INVALID), (422, INVALID_422, ErrorKind.INVALID),
+    (403, RBAC_403, ErrorKind.RBAC), (403, QUOTA_403, ErrorKind.QUOTA), (403, PSA_403, ErrorKind.ADMISSION),
+    (409, status(409, "exists", "AlreadyExists"), ErrorKind.EXISTS), (409, status(409, "changed", "Conflict"),
+                                                                         ErrorKind.CONFLICT),
+    (429, status(429, "too many requests", "TooManyRequests"), ErrorKind.THROTTLED),
+    (500, status(500, "etcdserver: request timed out", "InternalError"), ErrorKind.SERVER),
+    (503, b"<html>unavailable</html>", ErrorKind.SERVER),
+], ids=["webhook-400", "decode-400", "invalid-422", "rbac-403", "quota-403", "podsecurity-403", "exists-409",
+        "conflict-409", "throttled-429", "server-500", "not-json-503"])
+def test_each_kind_is_told_apart(code: int, body: bytes, kind: ErrorKind) -> None:
+    assert classify(code, body).kind is kind
+
+
+class Core:
+    """The one call Kube.create makes for a pod, answering with an API error."""
+
+    def __init__(self, code: int, body: bytes) -> None:
+        self.code, self.body = code, body
+
+    async def create_namespaced_pod(self, namespace: str, body: Any, **_: Any) -> Any:
+        err = ApiException(status=self.code, reason="")
+        err.body = self.body
+        raise err
+
+
+def create(code: int, body: bytes) -> None:
+    kube = Kube.__new__(Kube)
+    kube.core = Core(code, body)
+    asyncio.run(kube.create(POD))
+
+
+def test_a_webhooks_400_is_a_refusal_that_may_pass_naming_the_webhook() -> None:
+    with pytest.raises(Refused, match=r'^denied by an admission webhook \(400\): admission webhook '
+                                      r'"validate.kyverno.svc-fail" denied the request'):
+        create(400, WEBHOOK_400)
+
+
+def test_a_pod_the_api_cant_decode_is_invalid() -> None:
+    with pytest.raises(Invalid, match="cannot be handled as a Pod"):
+        create(400, DECODE_400)
+
+
+@pytest.mark.parametrize(("body", "said"), [(RBAC_403, "forbidden by RBAC (403): pods is forbidden: User"),
+                                            (QUOTA_403, "refused by a ResourceQuota (403): pods"),
+                                            (PSA_403, "refused by admission (403): pods")],
+                         ids=["rbac", "quota", "podsecurity"])
+def test_a_403_says_who_refused(body: bytes, said: str) -> None:
+    with pytest.raises(Refused, match=f"^{re.escape(said)}"):
+        create(403, body)
