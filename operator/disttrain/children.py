@@ -41,7 +41,13 @@ class Children:
         supporting = [o for o in objects if o["kind"] != "Pod"]
         if supporting and ref.uid not in self.supported:
             for obj in supporting:
-                ownership = await self._create_owned(ref, obj)
+                what = f"{obj['kind']} {obj['metadata']['name']} can't be created"
+                try:
+                    ownership = await self._create_owned(ref, obj)
+                except Invalid as err:
+                    return (Reason.INVALID_OBJECT, f"{what}: {err}"), False
+                except Refused as err:  # a ResourceQuota on count/secrets, a policy engine: may pass
+                    return (Reason.CREATE_REFUSED, f"{what}: {err}"), False
                 if ownership is Ownership.FOREIGN:
                     return (Reason.OBJECT_NOT_OWNED, not_owned_message(ref, obj)), False
                 if ownership is Ownership.WAIT:

@@ -27,7 +27,7 @@ from disttrain.passes import JobState
 from disttrain.plan import Event, Plan
 from disttrain.queueing import ObservedWorkload
 from disttrain.queues import Queues
-from disttrain.reasons import Reason
+from disttrain.reasons import REFUSED, Reason
 from disttrain.reconcile import reconcile
 from disttrain.spec import SpecError, parse_spec
 from disttrain.status import Phase, enter_phase, timestamp
@@ -187,8 +187,8 @@ class Controller:
         if ref.uid in self.children.supported:
             for obj in plan.keep_current:
                 await self.children.keep_current(ref, obj)
-        if failure is not None and failure[0] is Reason.POD_CREATE_REFUSED:
-            return await self._refused(key, ref, body, plan, failure[1])
+        if failure is not None and failure[0] in REFUSED:
+            return await self._refused(key, ref, body, plan, *failure)
         if any(o["kind"] == "Pod" for o in plan.create):
             self.refusals.pop(key, None)  # its pods were made: the refusal has passed
         if failure is not None:
@@ -221,13 +221,14 @@ class Controller:
         if failed:
             raise failed[0][1]
 
-    async def _refused(self, key: JobKey, ref: JobRef, body: Mapping[str, Any], plan: Plan, message: str) -> float:
-        """Admission refused a pod: the job says so and waits (create_refusals.py)."""
+    async def _refused(self, key: JobKey, ref: JobRef, body: Mapping[str, Any], plan: Plan, reason: Reason,
+                       message: str) -> float:
+        """A create was refused by something that may change: the job says so and waits (create_refusals.py)."""
         previous = self.refusals.get(key)
-        refusal = self.refusals[key] = create_refusals.refused(previous, message, self.clock.monotonic())
+        refusal = self.refusals[key] = create_refusals.refused(previous, reason, message, self.clock.monotonic())
         if previous is None or previous.message != message:
             log.warning("%s/%s: %s (retrying in %.0fs)", ref.namespace, ref.name, message, refusal.backoff)
-            await self._event(ref, Event("Warning", Reason.POD_CREATE_REFUSED, message))
+            await self._event(ref, Event("Warning", reason, message))
         last = self.statuses.get(key)
         written_before = dict(last.status) if last is not None else None  # plan.status itself, if just written
         create_refusals.say_why(plan, refusal)

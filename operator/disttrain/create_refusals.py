@@ -24,28 +24,30 @@ MAX_BACKOFF_SECONDS = 300.0
 
 @dataclass(frozen=True)
 class Refusal:
-    message: str  # "pod <name>: <the API server's message>"
+    reason: Reason  # PodCreateRefused, or CreateRefused for a supporting object
+    message: str  # "<kind> <name> can't be created: <which refusal it was>: <the API server's message>"
     retry_at: float  # monotonic seconds
     backoff: float
 
 
-def refused(previous: Refusal | None, message: str, now: float) -> Refusal:
+def refused(previous: Refusal | None, reason: Reason, message: str, now: float) -> Refusal:
     """The refusal just met, retried after the backoff (doubled from the last one's)."""
     backoff = FIRST_BACKOFF_SECONDS if previous is None else min(previous.backoff * 2, MAX_BACKOFF_SECONDS)
-    return Refusal(message, now + backoff, backoff)
+    return Refusal(reason, message, now + backoff, backoff)
 
 
 def hold(refusal: Refusal | None, plan: Plan, now: float) -> Plan:
-    """`plan` without its pod creates while a refusal's backoff runs, saying why in its status."""
-    if refusal is None or not any(o["kind"] == "Pod" for o in plan.create):
+    """`plan` without its creates while a refusal's backoff runs, saying why in its status (the
+    supporting objects come first: a refused Secret holds back the pods that mount it)."""
+    if refusal is None or not plan.create:
         return plan
     say_why(plan, refusal)
     if now < refusal.retry_at:
-        plan.create = [o for o in plan.create if o["kind"] != "Pod"]
+        plan.create = []
         plan.requeue_within(refusal.retry_at - now)
     return plan
 
 
 def say_why(plan: Plan, refusal: Refusal) -> None:
-    plan.status["reason"] = Reason.POD_CREATE_REFUSED.value
+    plan.status["reason"] = refusal.reason.value
     plan.status["message"] = refusal.message

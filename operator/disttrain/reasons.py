@@ -28,6 +28,7 @@ class Reason(StrEnum):
     CRASH_LOOP_BACKOFF = "CrashLoopBackOff"  # a container that keeps crashing
     CONTAINER_NOT_STARTING = "ContainerNotStarting"  # its config can't be made (a missing Secret, ...)
     POD_CREATE_REFUSED = "PodCreateRefused"  # admission said no (quota, PriorityClass...): create_refusals.py
+    CREATE_REFUSED = "CreateRefused"  # the same for a Service, ConfigMap, Secret, NetworkPolicy or gang group
     GANG_SCHEDULING = "GangScheduling"  # the provider chosen (an event)
     # The job restarts (pods or the whole job recreated; counted toward backoffLimit).
     POD_FAILED = "PodFailed"
@@ -39,11 +40,13 @@ class Reason(StrEnum):
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     INVALID_SPEC = "InvalidSpec"
     INVALID_POD_TEMPLATE = "InvalidPodTemplate"
+    INVALID_OBJECT = "InvalidObject"  # the API server rejects a supporting object the operator made
     OBJECT_NOT_OWNED = "ObjectNotOwned"
     GANG_UNAVAILABLE = "GangUnavailable"
 
 
 FAILURES = frozenset({Reason.REPLICA_FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, Reason.DEADLINE_EXCEEDED,
-                      Reason.INVALID_SPEC, Reason.INVALID_POD_TEMPLATE, Reason.OBJECT_NOT_OWNED,
+                      Reason.INVALID_SPEC, Reason.INVALID_POD_TEMPLATE, Reason.INVALID_OBJECT, Reason.OBJECT_NOT_OWNED,
                       Reason.GANG_UNAVAILABLE})
 RESTARTS = frozenset({Reason.POD_FAILED, Reason.POD_DELETED})
+REFUSED = frozenset({Reason.POD_CREATE_REFUSED, Reason.CREATE_REFUSED})  # waited out: create_refusals.py
