@@ -22,7 +22,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from disttrain.clock import Clock, SystemClock
 from disttrain.kube import new_api_client
-from disttrain.status import parse_timestamp
 from disttrain.workqueue import TRANSIENT
 
 log = logging.getLogger(__name__)
@@ -80,16 +79,32 @@ class LeaseElector:
                  clock: Clock | None = None) -> None:
         self.namespace, self.name, self.identity, self.duration = namespace, name, identity, duration
         self.clock: Clock = clock or SystemClock()
-        # The renewTime of our last write that went through: a standby may take over one
-        # duration after it, by its own reading of the Lease.
-        self.renewed_at: datetime.datetime | None = None
+        # When (monotonic) we sent our last write that went through: a standby may take over
+        # one duration after it saw that write.
+        self.renewed_at: float | None = None
+        # The other holder's record as last read, and when (monotonic) we first saw it so: the
+        # Lease's times are the holder's wall clock, which ours may disagree with by any amount.
+        # As client-go's LeaderElector: a record unchanged for a duration of our time has expired.
+        self.observed: tuple[Any, ...] | None = None
+        self.observed_at = 0.0
 
     async def try_hold(self, leases: LeaseAPI) -> bool:
         """One attempt to take or keep the Lease; True if we hold it afterwards."""
-        held = await self._try_hold(leases, now := self.clock.now())
+        sent = self.clock.monotonic()
+        held = await self._try_hold(leases, self.clock.now())
         if held:
-            self.renewed_at = now
+            self.renewed_at = sent
         return held
+
+    def _expired(self, lease: dict[str, Any]) -> bool:
+        """Whether the record has stayed the same for its duration, by this process's clock."""
+        spec = lease.get("spec") or {}
+        version = (lease.get("metadata") or {}).get("resourceVersion")
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), version)
+        now = self.clock.monotonic()
+        if record != self.observed:
+            self.observed, self.observed_at = record, now
+        return now - self.observed_at > int(spec.get("leaseDurationSeconds") or self.duration)
 
     async def _try_hold(self, leases: LeaseAPI, now: datetime.datetime) -> bool:
         lease = await leases.read(self.namespace, self.name)
@@ -101,9 +116,7 @@ class LeaseElector:
                          "acquireTime": _micro(now), "renewTime": _micro(now), "leaseTransitions": 0}})
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = parse_timestamp(spec.get("renewTime")) or now
-        expired = now - renewed > datetime.timedelta(seconds=int(spec.get("leaseDurationSeconds") or self.duration))
-        if holder not in (self.identity, None, "") and not expired:
+        if holder not in (self.identity, None, "") and not self._expired(lease):
             return False
         new_spec = dict(spec, holderIdentity=self.identity, leaseDurationSeconds=self.duration,
                         renewTime=_micro(now))
@@ -138,21 +151,21 @@ class LeaseElector:
         for as long as the pause, and one that went through late, counted from its answer, kept
         a replica leading past the moment its standby took over (`make chaos`, two replicas
         through an etcd pause: an overlap of a millisecond)."""
-        give_up_after = datetime.timedelta(seconds=self.duration * 2 / 3)
+        give_up_after = self.duration * 2 / 3
         while True:
             await asyncio.sleep(self.duration / 3)
-            deadline = (self.renewed_at or self.clock.now()) + give_up_after
+            deadline = (self.renewed_at or self.clock.monotonic()) + give_up_after
             try:
-                left = (deadline - self.clock.now()).total_seconds()
+                left = deadline - self.clock.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"no renewal in {give_up_after.total_seconds():.0f}s")
+                    raise TimeoutError(f"no renewal in {give_up_after:.0f}s")
                 if await asyncio.wait_for(self.try_hold(leases), timeout=left):
                     continue
                 log.error("lost Lease %s/%s to another replica: exiting", self.namespace, self.name)
                 return
             except Exception as err:  # the API server restarting, unreachable or hanging: retried below
                 log.warning("renewing Lease %s/%s failed: %s: %s", self.namespace, self.name, type(err).__name__, err)
-                if self.clock.now() < deadline:
+                if self.clock.monotonic() < deadline:
                     continue
                 log.error("could not renew Lease %s/%s in time: exiting", self.namespace, self.name)
                 return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any
 
 import pytest
@@ -36,6 +37,7 @@ def test_a_lease_not_renewed_for_its_duration_is_taken_over() -> None:
         clock, leases = FakeClock(), FakeLeases()
         a, b = electors(clock)
         assert await a.try_hold(leases)
+        assert not await b.try_hold(leases)  # b sees the record (client-go: a new candidate waits a duration)
         clock.advance(16)
         assert await b.try_hold(leases)
         spec = leases.leases[("ops", "disttrain")]["spec"]
@@ -49,8 +51,9 @@ def test_of_two_replicas_taking_an_expired_lease_at_once_one_wins() -> None:
         clock, leases = FakeClock(), FakeLeases()
         first = LeaseElector("ops", "disttrain", "gone", 15, clock)
         await first.try_hold(leases)
-        clock.advance(20)
         a, b = electors(clock)
+        await asyncio.gather(a.try_hold(leases), b.try_hold(leases))  # both see the holder's record
+        clock.advance(20)
         return list(await asyncio.gather(a.try_hold(leases), b.try_hold(leases)))
     assert sorted(asyncio.run(scenario())) == [False, True]
 
@@ -60,6 +63,7 @@ def test_keep_returns_once_another_replica_holds_the_lease() -> None:
         clock, leases = FakeClock(), FakeLeases()
         a, b = electors(clock, duration=1)
         assert await a.try_hold(leases)
+        assert not await b.try_hold(leases)
         clock.advance(2)
         assert await b.try_hold(leases)
         await asyncio.wait_for(a.keep(leases), timeout=5)  # returns: the caller then exits the process
@@ -100,8 +104,8 @@ class Hanging(FakeLeases):
 
 
 def test_a_hanging_renewal_gives_up_two_thirds_of_a_duration_after_the_last_renew_time() -> None:
-    """A standby takes over one duration after the renewTime it reads: the holder must have
-    stopped before then, however long its own request hangs (real time: a 3 s Lease)."""
+    """A standby takes over one duration after it saw the holder's last renewal: the holder must
+    have stopped before then, however long its own request hangs (real time: a 3 s Lease)."""
     async def scenario() -> float:
         leases = Hanging()
         holder = LeaseElector("ops", "disttrain", "a", 3)
@@ -109,6 +113,29 @@ def test_a_hanging_renewal_gives_up_two_thirds_of_a_duration_after_the_last_rene
         assert holder.renewed_at is not None
         leases.hang = True
         await asyncio.wait_for(holder.keep(leases), timeout=10)
-        return (holder.clock.now() - holder.renewed_at).total_seconds()
+        return holder.clock.monotonic() - holder.renewed_at
     held_for = asyncio.run(scenario())
     assert 2.0 <= held_for < 2.5, held_for
+
+
+def test_a_standby_whose_clock_runs_ahead_does_not_take_a_renewed_lease() -> None:
+    """Issue 21, defect 11: the standby compared the Lease's renewTime (the leader's wall clock)
+    with its own wall clock, so a standby 20 s ahead took the Lease from a healthy leader. It now
+    times from when it saw the record change, on its own monotonic clock, as client-go does."""
+    async def scenario() -> None:
+        leases = FakeLeases()
+        leader_clock, standby_clock = FakeClock(), FakeClock()
+        standby_clock.wall += datetime.timedelta(seconds=20)  # NTP gone wrong on the standby's node
+        a = LeaseElector("ops", "disttrain", "a", 15, leader_clock)
+        b = LeaseElector("ops", "disttrain", "b", 15, standby_clock)
+        assert await a.try_hold(leases)
+        for _ in range(6):  # the leader renews every 5 s; the standby keeps trying
+            assert not await b.try_hold(leases), "a renewed Lease is not taken"
+            for clock in (leader_clock, standby_clock):
+                clock.advance(5)
+            assert await a.try_hold(leases)
+        assert not await b.try_hold(leases)  # the leader's last renewal, seen; then it stops
+        for clock in (leader_clock, standby_clock):
+            clock.advance(16)
+        assert await b.try_hold(leases), "one duration after the record last changed, by the standby's clock"
+    asyncio.run(scenario())
