@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -20,6 +21,8 @@ from disttrain.objects import JobRef, is_controlled_by
 from disttrain.passes import JobState
 from disttrain.spec import GangProvider
 from disttrain.status import FINISHED, Phase
+
+log = logging.getLogger(__name__)
 
 # How long discovery's answer (which gang-scheduling APIs are served) is trusted.
 GANG_API_TTL_SECONDS = 60.0
@@ -51,7 +54,13 @@ class Groups:
         if chosen is None:
             return dataclasses.replace(job, gang_apis=await self.served())
         if chosen == GangProvider.VOLCANO and job.status.get("phase") != Phase.RUNNING:
-            found = await self.kube.get(gang.objects(job.ref, job.spec, settings, GangProvider.VOLCANO)[0])
+            group = gang.objects(job.ref, job.spec, settings, GangProvider.VOLCANO)[0]
+            try:
+                found = await self.kube.get(group)
+            except Exception as err:  # optional: the pass goes on, its pods wait for the group
+                log.warning("%s/%s: could not read PodGroup %s (%s: %s); its pods wait as if it were not admitted",
+                            job.ref.namespace, job.ref.name, group["metadata"]["name"], type(err).__name__, err)
+                return job
             if found is not None:
                 return dataclasses.replace(job, group=volcano_status(found))
         return job

@@ -151,6 +151,10 @@ def restart_failed(p: Pass) -> bool:
     p.plan.delete = [*p.live, *(pod for pod in failed if pod.terminating)] if decision.whole_job else failed
     if decision.whole_job:
         p.release_group()
+        # `Created` belongs to the attempt: the next one has no pod yet.
+        p.plan.status["conditions"] = set_condition(
+            list(p.plan.status.get("conditions") or []), "Created", False, decision.reason,
+            "the attempt's pods are deleted for a whole-job restart", timestamp(p.now))
     p.move(Phase.RESTARTING, decision.reason, decision.message, warning=True)
     return True
 

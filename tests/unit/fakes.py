@@ -55,6 +55,7 @@ class FakeKube:
     terminating: set[str] = field(default_factory=set)  # namespaces being deleted: creates refused (403)
     delete_failures: list[Exception] = field(default_factory=list)  # the next pod deletes raise these
     lost_deletes: int = 0  # the next N pod deletes answer and do nothing
+    get_failures: dict[str, Exception] = field(default_factory=dict)  # kind -> what reading one raises
 
     def add(self, obj: dict[str, Any]) -> dict[str, Any]:
         stored = copy.deepcopy(obj)
@@ -78,6 +79,8 @@ class FakeKube:
 
     async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
         self.calls.append(("get", "/".join(key_of(obj))))
+        if obj["kind"] in self.get_failures:
+            raise self.get_failures[obj["kind"]]
         found = self.objects.get(key_of(obj))
         return copy.deepcopy(found) if found else None
 

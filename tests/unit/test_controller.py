@@ -313,3 +313,20 @@ def test_the_events_of_a_written_status_are_posted_even_when_the_pass_stops_earl
         assert h.status()["phase"] == "Restarting"
         assert ("Warning", "PodFailed") in [e[:2] for e in h.kube.events], h.kube.events
     run(scenario)
+
+
+def test_an_optional_read_that_fails_does_not_block_the_passs_other_decisions() -> None:
+    """Defect 15: the Volcano group's read (or a ResourceFlavor's) raising aborted the whole pass:
+    no deadline, no suspension, no failure handled while it failed. Now the pass goes on without
+    it (the pods wait for the group as if it were not admitted yet)."""
+    from test_gang import with_gang
+
+    async def scenario() -> None:
+        h = Harness(with_gang(mwms_job("mnist", workers=2, activeDeadlineSeconds=60), provider="Volcano"))
+        h.body["status"] = {"phase": "Pending", "gang": {"provider": "Volcano"}, "startTime": "2026-11-22T11:58:00Z"}
+        h.kube.get_failures["PodGroup"] = ServerError("500")
+        with pytest.raises(ServerError):  # releasing the group reads it too: that write is retried with backoff
+            await h.reconcile()
+        assert h.kube.statuses, "the pass decided and wrote before that"
+        assert (h.status()["phase"], h.status()["reason"]) == ("Failed", "DeadlineExceeded")
+    run(scenario)

@@ -358,3 +358,17 @@ def test_restarts_of_a_pod_deleted_by_someone_else_stay_counted() -> None:
     assert later.status["restarts"] == after.status["restarts"], "never goes down"
     over = step(job, [dataclasses.replace(fresh[0], container_restarts=2), fresh[1]], later.status)
     assert over.status["phase"] == "Failed", "the budget was not refunded: 3 + 1 + 2 > 5"
+
+
+def test_created_goes_false_when_a_whole_job_restart_deletes_the_attempts_pods() -> None:
+    """Issue 21, defect 15: `Created` belongs to the current attempt (docs/api.md), but it stayed
+    True through a whole-job restart while the new attempt had no pod yet."""
+    created = {"type": "Created", "status": "True", "reason": "PodsCreated", "message": "created 4 pods"}
+    pods = [pod("worker", 0), pod("worker", 1, "Failed", exit_code=137), pod("worker", 2), pod("worker", 3)]
+    plan = step(MWMS, pods, {"phase": "Running", "conditions": [created]})
+    assert plan.status["phase"] == "Restarting"
+    condition = next(c for c in plan.status["conditions"] if c["type"] == "Created")
+    assert (condition["status"], condition["reason"]) == ("False", "PodFailed"), condition
+    fresh = [dataclasses.replace(pod("worker", i), uid=f"attempt-2-{i}") for i in range(4)]
+    again = step(MWMS, fresh, plan.status)
+    assert next(c for c in again.status["conditions"] if c["type"] == "Created")["status"] == "True"
