@@ -18,6 +18,7 @@ from disttrain.reasons import Reason
 
 class ChildrenAPI(Protocol):
     async def create(self, obj: dict[str, Any]) -> str | None: ...
+    async def get(self, obj: dict[str, Any]) -> dict[str, Any] | None: ...
     async def get_metadata(self, obj: dict[str, Any]) -> dict[str, Any] | None: ...
     async def replace_config_map_data(self, obj: dict[str, Any]) -> bool: ...
 
@@ -104,8 +105,15 @@ class Children:
         return None
 
     async def keep_current(self, ref: JobRef, obj: dict[str, Any]) -> None:
-        """Write `obj` (a ConfigMap) if its data differs from what we last wrote."""
+        """Write `obj` (a ConfigMap) if its data differs from what we last wrote, or, in a process
+        that hasn't written it (a restart, a failover), from what the object holds: read once,
+        and only if it is this job's (derived from what exists, not from this process's past)."""
         memory = (ref.uid, obj["metadata"]["name"])
+        if memory not in self.written:
+            found = await self.kube.get(obj)
+            if found is None or ownership(ref, found.get("metadata")) is not Ownership.OURS:
+                return  # not made yet, or an earlier job's: made with this job's next pods
+            self.written[memory] = found.get("data") or {}
         if self.written.get(memory) == obj["data"]:
             return
         if await self.kube.replace_config_map_data(obj):

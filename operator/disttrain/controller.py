@@ -184,9 +184,8 @@ class Controller:
         if await self.groups.release(ref, plan.delete_objects):
             self.children.supported.discard(ref.uid)  # made afresh with the next pods
         failure, wait = await self.children.create_all(exp, ref, framework, plan.create)
-        if ref.uid in self.children.supported:
-            for obj in plan.keep_current:
-                await self.children.keep_current(ref, obj)
+        for obj in plan.keep_current:
+            await self.children.keep_current(ref, obj)
         if failure is not None and failure[0] in REFUSED:
             return await self._refused(key, ref, body, plan, *failure)
         if any(o["kind"] == "Pod" for o in plan.create):

@@ -103,3 +103,31 @@ def test_kubelet_restarts_of_deleted_pods_are_banked_once() -> None:
         await h.reconcile()
         assert (h.status()["restarts"], h.status()["operatorRestarts"]) == (3, 3)
     asyncio.run(after_restart())
+
+
+def test_discover_hosts_follows_the_workers_after_an_operator_restart() -> None:
+    """Issue 21, defect 9: the ConfigMap was kept current only for jobs this process had created
+    something for (an in-memory set), so after a restart or failover discover_hosts.sh froze."""
+    from disttrain.mpi import DISCOVER_HOSTS
+    from manifests import mpi_job
+
+    def statuses(running: set[str]) -> None:
+        h.pods[:] = [observe_pod({**pod, "status": RUNNING if pod["metadata"]["name"] in running else {}})
+                     for pod in h.kube.pods()]
+
+    async def scenario() -> None:
+        await h.reconcile()
+        assert len(h.kube.pods()) == 3, "the launcher too (launcherStart: Immediately)"
+        statuses({"mnist-worker-0", "mnist-launcher"})
+        await h.reconcile()
+        script = h.kube.objects[("ConfigMap", "ml", "mnist-mpi")]["data"][DISCOVER_HOSTS]
+        assert "mnist-worker-0." in script and "mnist-worker-1." not in script
+        restarted(h)  # nothing left to create: the new process creates nothing
+        statuses({"mnist-worker-0", "mnist-worker-1", "mnist-launcher"})
+        await h.reconcile()
+        script = h.kube.objects[("ConfigMap", "ml", "mnist-mpi")]["data"][DISCOVER_HOSTS]
+        assert "mnist-worker-1." in script, script
+    manifest = mpi_job("mnist", workers=2)
+    manifest["spec"]["mpi"]["launcherStart"] = "Immediately"
+    h = Harness(manifest)
+    asyncio.run(scenario())
