@@ -168,15 +168,18 @@ def pod_env(mpi: MPISpec, key: PodKey) -> dict[str, str]:
 def pod_additions(job: JobRef, mpi: MPISpec, key: PodKey, pod: Mapping[str, Any]) -> dict[str, Any]:
     """The pod with what MPI needs: the SSH Secret (both roles), the hostfile ConfigMap
     (launcher), `sshd -De` for workers that bring no command."""
-    volumes: list[dict[str, Any]] = [
-        {"name": "ssh-auth", "secret": {"secretName": secret_name(job.name), "defaultMode": 0o600}}]
-    mounts: list[dict[str, Any]] = [{"name": "ssh-auth", "mountPath": mpi.ssh_auth_mount_path, "readOnly": True}]
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
     if key.replica_type == ReplicaType.LAUNCHER:
         volumes.append({"name": "mpi-config", "configMap": {"name": config_map_name(job.name), "items": [
             {"key": HOSTFILE, "path": HOSTFILE, "mode": 0o444},
             {"key": DISCOVER_HOSTS, "path": DISCOVER_HOSTS, "mode": 0o555}]}})
         mounts.append({"name": "mpi-config", "mountPath": CONFIG_MOUNT})
     out = add_volumes(pod, volumes, mounts)
+    # The private key only where sshd or mpirun runs: the first container, not a sidecar's.
+    key_volume = {"name": "ssh-auth", "secret": {"secretName": secret_name(job.name), "defaultMode": 0o600}}
+    out = add_volumes(out, [key_volume], [{"name": "ssh-auth", "mountPath": mpi.ssh_auth_mount_path, "readOnly": True}],
+                      first_only=True)
     first = out["spec"]["containers"][0] if out["spec"]["containers"] else {}
     if key.replica_type == ReplicaType.WORKER and not first.get("command") and not first.get("args"):
         first["command"] = WORKER_SSHD

@@ -107,12 +107,14 @@ def omp_num_threads(container: Mapping[str, Any]) -> int | None:
     return cpu_limit_cores(container)
 
 
-def add_volumes(pod: Mapping[str, Any], volumes: list[dict[str, Any]], mounts: list[dict[str, Any]]) -> dict[str, Any]:
-    """The pod with `volumes` added, and mounted with `mounts` in every container."""
+def add_volumes(pod: Mapping[str, Any], volumes: list[dict[str, Any]], mounts: list[dict[str, Any]],
+                first_only: bool = False) -> dict[str, Any]:
+    """The pod with `volumes` added, and mounted with `mounts` in every container (`first_only`:
+    in the first alone)."""
     out = dict(pod)
     spec = dict(out["spec"])
     spec["volumes"] = list(spec.get("volumes") or []) + volumes
     spec["containers"] = [dict(c, volumeMounts=list(c.get("volumeMounts") or []) + mounts)
-                          for c in spec.get("containers") or []]
+                          if i == 0 or not first_only else c for i, c in enumerate(spec.get("containers") or [])]
     out["spec"] = spec
     return out

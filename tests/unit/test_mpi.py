@@ -132,3 +132,16 @@ def test_a_worker_that_brings_its_own_command_or_probe_keeps_its_own(container: 
     first = _worker(container)
     assert first.get("startupProbe") == container.get("startupProbe")
     assert first.get("readinessProbe") == container.get("readinessProbe")
+
+
+def test_the_ssh_key_is_mounted_only_in_the_first_container() -> None:
+    """Issue 21, defect 12: the private key went to every container of every pod, sidecars
+    included (a log shipper, a proxy). Only the container that runs sshd or mpirun gets it."""
+    sidecar = {"name": "log-shipper", "image": "fluent-bit"}
+    spec = parse_spec({"mpi": {
+        "launcher": {"template": {"spec": {"containers": [{"name": "l", "image": "h"}, sidecar]}}},
+        "worker": {"replicas": 1, "template": {"spec": {"containers": [{"name": "w", "image": "h"}, sidecar]}}}}})
+    for key in (PodKey("launcher", 0), PodKey("worker", 0)):
+        first, second = job_pod(REF, spec, key)["spec"]["containers"]
+        assert "ssh-auth" in {m["name"] for m in first["volumeMounts"]}
+        assert "ssh-auth" not in {m["name"] for m in second.get("volumeMounts") or []}, key
