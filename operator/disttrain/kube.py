@@ -209,8 +209,8 @@ class Kube:
         groups = await client.ApisApi(self.api_client).get_api_versions()
         return {v.group_version for g in groups.groups for v in g.versions}
 
-    async def replace_config_map_data(self, obj: Mapping[str, Any]) -> bool:
-        """Set a ConfigMap's data; False if it doesn't exist (yet)."""
+    async def patch_config_map_data(self, obj: Mapping[str, Any]) -> bool:
+        """Merge-patch a ConfigMap's data with ours (a key someone else added stays); False if absent."""
         meta = obj["metadata"]
         try:
             await self.core.patch_namespaced_config_map(meta["name"], meta["namespace"], {"data": obj["data"]},

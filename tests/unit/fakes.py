@@ -119,7 +119,7 @@ class FakeKube:
         self.calls.append(("discover", "/apis"))
         return set(self.served)
 
-    async def replace_config_map_data(self, obj: Mapping[str, Any]) -> bool:
+    async def patch_config_map_data(self, obj: Mapping[str, Any]) -> bool:
         self.calls.append(("patch", "/".join(key_of(obj))))
         found = self.objects.get(key_of(obj))
         if found is None:
