@@ -18,6 +18,8 @@ from manifests import mpi_job, mwms_job
 
 KEY = ("ml", "mnist")
 RUNNING = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+OOM = {"phase": "Failed", "containerStatuses": [{"name": "c", "restartCount": 0, "state": {
+    "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
 
 
 class Harness:
@@ -44,6 +46,13 @@ class Harness:
 
     def status(self) -> dict[str, Any]:
         return self.kube.statuses[-1]
+
+    async def run_then_kill(self) -> None:
+        """The job's pods made and Running, then every one OOM-killed: the next pass restarts it."""
+        await self.reconcile()
+        self.watch(**RUNNING)
+        await self.reconcile()
+        self.watch(**OOM)
 
 
 def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -208,10 +217,6 @@ def test_a_job_deleted_from_the_index_is_forgotten() -> None:
 
 # -- issue 21: the failure machinery ------------------------------------------------------------
 
-OOM = {"phase": "Failed", "containerStatuses": [{"name": "c", "restartCount": 0, "state": {
-    "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
-
-
 class ServerError(Exception):
     """What a delete answered with 429 or 500, or one that timed out, raises."""
 
@@ -221,10 +226,7 @@ def test_a_pod_delete_that_fails_is_retried() -> None:
     delete answered 500 left the pod 'terminating' in our eyes forever: the restart waited on it."""
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
-        await h.reconcile()
-        h.watch(**RUNNING)
-        await h.reconcile()
-        h.watch(**OOM)
+        await h.run_then_kill()
         h.kube.delete_failures = [ServerError("500"), ServerError("429")]
         with pytest.raises(ServerError):
             await h.reconcile()  # the work queue retries it with backoff
@@ -240,10 +242,7 @@ def test_a_delete_whose_effect_never_shows_is_made_again() -> None:
     """Defect 1, second half: delete expectations expire as create ones do."""
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
-        await h.reconcile()
-        h.watch(**RUNNING)
-        await h.reconcile()
-        h.watch(**OOM)
+        await h.run_then_kill()
         h.kube.lost_deletes = 2  # answered 200, and nothing happened (a webhook, a lost write)
         await h.reconcile()
         assert len(h.kube.pods()) == 2
@@ -303,10 +302,7 @@ def test_the_events_of_a_written_status_are_posted_even_when_the_pass_stops_earl
     pass that stopped on the way (an exception, Kueue's Conflict) lost them for good."""
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
-        await h.reconcile()
-        h.watch(**RUNNING)
-        await h.reconcile()
-        h.watch(**OOM)
+        await h.run_then_kill()
         h.kube.delete_failures = [ServerError("500")]
         with pytest.raises(ServerError):
             await h.reconcile()
