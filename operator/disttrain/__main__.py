@@ -97,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
         from disttrain.leader import lead
 
         lead(args.leader_election_namespace, args.lease_name, identity, args.lease_duration)
-    from disttrain.kube import wait_for_crd
+    from disttrain.preflight import wait_for_crd
 
     asyncio.run(wait_for_crd(logging.getLogger("disttrain")))
     # Namespaces named exactly (no glob): kopf need not list the cluster's namespaces to find

@@ -3,7 +3,6 @@ what reconciling needs to know: already there, gone, conflict, invalid."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 import logging
@@ -28,6 +27,7 @@ _CORE_KINDS = {"Pod": "pod", "Service": "service", "ConfigMap": "config_map", "S
 _PLURALS = {"Workload": "workloads", "PodGroup": "podgroups", "ResourceFlavor": "resourceflavors",
             "WorkloadPriorityClass": "workloadpriorityclasses", "NetworkPolicy": "networkpolicies"}
 APPLY_PATCH = "application/apply-patch+yaml"
+PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 log = logging.getLogger(__name__)
 
 
@@ -70,27 +70,6 @@ def _skip_proxy_lookup(api_client: client.ApiClient) -> None:
     session = getattr(api_client.rest_client, "pool_manager", None)
     if session is not None and hasattr(session, "_trust_env"):
         session._trust_env = False
-
-
-async def wait_for_crd(log: Any, interval: float = 1.0) -> None:
-    """Until the API server serves DistTrainJobs. kopf resolves its resources when it starts and
-    did not pick up a CRD that became established a moment later (seen: an operator started right
-    after `kubectl apply` of the CRD never reconciled a job)."""
-    async with await new_api_client(2) as api_client:
-        said = False
-        while True:
-            try:
-                found = await client.CustomObjectsApi(api_client).get_api_resources(GROUP, VERSION)
-                if any(r.name == PLURAL for r in found.resources):
-                    return
-            except ApiException as err:
-                if err.status not in (403, 404, 503):
-                    raise
-            if not said:
-                log.warning("waiting for the API server to serve %s.%s/%s (is the CRD installed?)", PLURAL, GROUP,
-                            VERSION)
-                said = True
-            await asyncio.sleep(interval)
 
 
 class Kube:
@@ -165,8 +144,20 @@ class Kube:
             raise
 
     async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
-        found = await self.get(obj)
-        return None if found is None else dict(found.get("metadata") or {})
+        """Only the object's metadata (a PartialObjectMetadata read; None if absent): whose it is,
+        without a Secret's key material ever reaching the operator."""
+        meta, version = obj["metadata"], str(obj["apiVersion"])
+        plural = _PLURALS.get(obj["kind"]) or f"{obj['kind'].lower()}s"  # pods, services, configmaps, secrets
+        base = f"/{'apis' if '/' in version else 'api'}/{version}/namespaces/{meta['namespace']}"
+        path = f"{base}/{plural}/{meta['name']}"
+        try:
+            resp = await self.api_client.call_api(path, "GET", header_params={"Accept": PARTIAL_METADATA},
+                                                  auth_settings=["BearerToken"], _preload_content=False)
+            return dict(json.loads(await _read_checked(resp)).get("metadata") or {})
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
 
     async def delete(self, obj: Mapping[str, Any], uid: str) -> None:
         """Delete exactly this object (uid precondition) of a kind the job owns; gone already is fine."""

@@ -1,4 +1,5 @@
-"""The Kubernetes version the operator needs, checked once at start-up.
+"""What the operator checks once at start-up: the Kubernetes version it needs, and that the API
+server serves its CRD.
 
 The CRD's validation rules (CEL, with `reason` and `fieldPath`) and the server-side apply the
 operator writes with are served from Kubernetes 1.30. The Helm chart can't insist on that when it
@@ -7,11 +8,15 @@ operator says it instead, before doing anything, in a line that names both versi
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
+from disttrain.constants import GROUP, PLURAL, VERSION
 from disttrain.kube import new_api_client
 
 MINIMUM = (1, 30)
@@ -42,3 +47,24 @@ async def check_kubernetes_version() -> str | None:
     async with await new_api_client(1) as api_client:
         info = await client.VersionApi(api_client).get_code()
     return version_problem({"major": info.major, "minor": info.minor, "gitVersion": info.git_version})
+
+
+async def wait_for_crd(log: Any, interval: float = 1.0) -> None:
+    """Until the API server serves DistTrainJobs. kopf resolves its resources when it starts and
+    did not pick up a CRD that became established a moment later (seen: an operator started right
+    after `kubectl apply` of the CRD never reconciled a job)."""
+    async with await new_api_client(2) as api_client:
+        said = False
+        while True:
+            try:
+                found = await client.CustomObjectsApi(api_client).get_api_resources(GROUP, VERSION)
+                if any(r.name == PLURAL for r in found.resources):
+                    return
+            except ApiException as err:
+                if err.status not in (403, 404, 503):
+                    raise
+            if not said:
+                log.warning("waiting for the API server to serve %s.%s/%s (is the CRD installed?)", PLURAL, GROUP,
+                            VERSION)
+                said = True
+            await asyncio.sleep(interval)

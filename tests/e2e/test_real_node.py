@@ -328,6 +328,7 @@ def test_the_launcher_waits_for_a_late_sshd(cluster: Cluster, job_namespace: str
     record_timing("e2e", "late sshd: the launcher made after port 22 opened",
                   launcher_pod.metadata.creation_timestamp.timestamp() - opened)
     TIMED.append(f"e2e: late sshd: the launcher's first line: {log.lines[0] if log.lines else '(none)'}")
+    TIMED.append(f"e2e: late sshd: the launcher's first training line: {json.dumps(log.events()[:1])}")
     assert not [line for line in log.lines if "Connection refused" in line or "ORTE was unable" in line], log.lines[:20]
     assert cluster.job_status(job_namespace, "horovod-keras").get("restarts", 0) == 0
 
