@@ -132,7 +132,7 @@ class Controller:
         job = await self.groups.observe(job)
         job = await self.queues.observe(job, meta.get("labels") or {}, self._workloads.get(key, ()))
         plan = reconcile(job, self._observed_pods(key, ref), self.clock.now(), keys)
-        plan = create_refusals.hold(self.refusals.get(key), plan, self.clock.monotonic())
+        plan = create_refusals.hold(self.refusals.get(key), Queues.hold_unreadable(job, plan), self.clock.monotonic())
         try:
             if await self.namespaces.going_away(ref, plan, body.get("status") or {}, self._pods.get(key, ()),
                                                set(self._expectations(key, ref).deleted)):

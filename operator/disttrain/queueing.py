@@ -68,6 +68,7 @@ class QueueState:
     workload: ObservedWorkload | None = None
     flavors: Mapping[str, Flavor] = field(default_factory=dict)
     priority: tuple[str, int] | None = None  # (WorkloadPriorityClass, its value)
+    unreadable: str | None = None  # a flavor or priority class that could not be read: pods and Workload wait
 
 
 def queue_name(labels: Mapping[str, str]) -> str | None:

@@ -9,16 +9,19 @@ sees no request about it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from disttrain.clock import Clock
 from disttrain.objects import JobRef
 from disttrain.passes import JobState
-from disttrain.plan import WorkloadOp
+from disttrain.plan import Plan, WorkloadOp
 from disttrain.queueing import KUEUE_API, PRIORITY_LABEL, Flavor, ObservedWorkload, QueueState, queue_name
 
 CACHE_SECONDS = 60.0
+UNREADABLE_RETRY_SECONDS = 5.0
+log = logging.getLogger(__name__)
 
 
 class QueueAPI(Protocol):
@@ -41,11 +44,17 @@ class Queues:
             return job
         workload = next((w for w in workloads if w.owner_uid == job.ref.uid), None)
         state = QueueState(queue, workload)
-        if workload is not None and workload.admitted:
-            names = {f for assigned in workload.assignments.values() for f in assigned.values()}
-            state = dataclasses.replace(state, flavors={n: await self.flavor(n) for n in sorted(names)})
-        elif workload is None and labels.get(PRIORITY_LABEL):
-            state = dataclasses.replace(state, priority=await self.priority(labels[PRIORITY_LABEL]))
+        try:
+            if workload is not None and workload.admitted:
+                names = {f for assigned in workload.assignments.values() for f in assigned.values()}
+                state = dataclasses.replace(state, flavors={n: await self.flavor(n) for n in sorted(names)})
+            elif workload is None and labels.get(PRIORITY_LABEL):
+                state = dataclasses.replace(state, priority=await self.priority(labels[PRIORITY_LABEL]))
+        except Exception as err:  # optional to the pass: only its pods and Workload need what it reads
+            said = f"{type(err).__name__}: {err}"
+            log.warning("%s/%s: could not read Kueue's flavors or priority (%s); its pods and Workload wait",
+                        job.ref.namespace, job.ref.name, said)
+            state = dataclasses.replace(state, unreadable=said)
         return dataclasses.replace(job, queue=state)
 
     async def flavor(self, name: str) -> Flavor:
@@ -64,6 +73,17 @@ class Queues:
             cached = (now, await self.kube.get({"apiVersion": KUEUE_API, "kind": kind, "metadata": {"name": name}}))
             self._cache[(kind, name)] = cached
         return cached[1]
+
+    @staticmethod
+    def hold_unreadable(job: JobState, plan: Plan) -> Plan:
+        """Without what Kueue's objects said (a read failed), no pod is made (it would lack the
+        flavor's node labels) and no Workload written (it would lack its priority): looked at again
+        soon. Everything else the pass decided stands."""
+        if job.queue is not None and job.queue.unreadable is not None:
+            plan.create = [o for o in plan.create if o["kind"] != "Pod"]
+            plan.workload = []
+            plan.requeue_within(UNREADABLE_RETRY_SECONDS)
+        return plan
 
     async def write(self, ref: JobRef, ops: list[WorkloadOp]) -> None:
         for op in ops:

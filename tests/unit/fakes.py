@@ -37,7 +37,7 @@ class FakeClock:
 
 
 def key_of(obj: Mapping[str, Any]) -> tuple[str, str, str]:
-    return obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+    return obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
 
 @dataclass

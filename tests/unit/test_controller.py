@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -325,4 +326,23 @@ def test_an_optional_read_that_fails_does_not_block_the_passs_other_decisions() 
             await h.reconcile()
         assert h.kube.statuses, "the pass decided and wrote before that"
         assert (h.status()["phase"], h.status()["reason"]) == ("Failed", "DeadlineExceeded")
+    run(scenario)
+
+
+def test_a_flavor_that_cant_be_read_holds_the_pods_not_the_pass() -> None:
+    """Defect 15: a ResourceFlavor read that failed raised out of the pass. Pods can't be made
+    without the flavor's node labels, so they wait; the pass's other decisions go on."""
+    from test_queueing import ADMITTED, workload
+
+    from disttrain.queueing import QUEUE_LABEL
+
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        h.body["metadata"]["labels"] = {QUEUE_LABEL: "team-gpu"}
+        wl = dataclasses.replace(workload(*ADMITTED), assignments={"worker": {"nvidia.com/gpu": "a100"}})
+        h.controller.bind(h.jobs, {KEY: h.pods}, {KEY: [wl]})
+        h.kube.get_failures["ResourceFlavor"] = ServerError("500")
+        wait = await h.reconcile()
+        assert wait is not None and 0 < wait <= 10, "looked at again soon"
+        assert not [w for w in h.kube.writes("create") if w.startswith("Pod/")], "no pod without its flavor"
     run(scenario)
