@@ -28,6 +28,7 @@ from gangschedulers import Plane, install_crds
 from ports import free_port, http_ok
 
 NAMESPACE = "kueue-system"
+WAIT_FOR_PODS_READY_SECONDS = 30
 
 
 def available(bin_dir: Path) -> bool:
@@ -59,6 +60,11 @@ def start(plane: Plane, bin_dir: Path, deadline: float) -> None:
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health}"},
         "leaderElection": {"leaderElect": False},
         "integrations": {"frameworks": ["batch/job"], "externalFrameworks": ["DistTrainJob.v1.disttrain.dev"]},
+        # On, as platform teams run it: an admitted Workload whose pods aren't all Ready within the
+        # timeout is evicted and requeued by Kueue (tests/integration/test_kueue.py); our pods on
+        # KWOK are Ready within seconds, so only a job meant to stall meets it.
+        "waitForPodsReady": {"timeout": f"{WAIT_FOR_PODS_READY_SECONDS}s", "blockAdmission": False,
+                             "recoveryTimeout": f"{WAIT_FOR_PODS_READY_SECONDS}s"},
         "featureGates": {"VisibilityOnDemand": False},
     }))
     overlay = f"lowerdir=/etc,upperdir={upper},workdir={work}"

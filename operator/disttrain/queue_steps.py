@@ -95,8 +95,9 @@ def place(p: Pass, key: PodKey, pod: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def report(p: Pass) -> None:
-    """PodsReady once every pod is Ready or done; Finished once the job is (idempotent: repeated
-    until the Workload shows it)."""
+    """PodsReady as Kueue's job framework sets it (True once every pod is Ready or done, False
+    again when one is not, or the Workload is evicted); Finished once the job is (idempotent:
+    repeated until the Workload shows it)."""
     workload = p.workload
     if workload is None:
         return
@@ -109,9 +110,11 @@ def report(p: Pass) -> None:
                 "Finished", True, reason, str(p.plan.status.get("message") or reason), now)))
         return
     ready = {pod.name for pod in p.live if pod.ready or pod.phase == "Succeeded"}
-    if workload.admitted and all(name in ready for name in p.wanted) and not workload.true("PodsReady"):
+    wanted = queueing.pods_ready_condition(workload, all(name in ready for name in p.wanted))
+    current = workload.conditions.get("PodsReady") or {}
+    if wanted is not None and (current.get("status"), current.get("reason")) != wanted[:2]:
         p.plan.workload.append(WorkloadOp("condition", workload.name, queueing.condition(
-            "PodsReady", True, "Started", "All pods reached readiness and the workload is running", now)))
+            "PodsReady", wanted[0] == "True", wanted[1], wanted[2], now)))
 
 
 def pause(p: Pass, active: bool) -> None:

@@ -167,6 +167,28 @@ def condition(ctype: str, status: bool, reason: str, message: str, now: str) -> 
             "lastTransitionTime": now}
 
 
+# Kueue v0.19.2's jobframework generatePodsReadyCondition: its reasons and messages.
+NOT_READY = "Not all pods are ready or succeeded"
+RECOVERING = "At least one pod has failed, waiting for recovery"
+READY = "All pods reached readiness and the workload is running"
+
+
+def pods_ready_condition(workload: ObservedWorkload, all_ready: bool) -> tuple[str, str, str] | None:
+    """(status, reason, message) of the PodsReady condition the Workload should carry, as Kueue's
+    own integrations set it: without it going False, waitForPodsReady's timeout and recovery never
+    fire for a job that lost a pod or was evicted. None while it has none and the pods aren't ready."""
+    current = workload.conditions.get("PodsReady") or {}
+    if not current and not all_ready:
+        return None  # absent reads as not ready to Kueue (its timeout counts from admission): no write
+    if not workload.admitted or workload.true("Evicted"):
+        return "False", "WaitForStart", NOT_READY
+    if all_ready:
+        return "True", "Recovered" if current.get("reason") in ("WaitForRecovery", "Recovered") else "Started", READY
+    if current.get("status") == "True" or current.get("reason") == "WaitForRecovery":
+        return "False", "WaitForRecovery", RECOVERING
+    return "False", "WaitForStart", NOT_READY
+
+
 def released_admission(workload: ObservedWorkload, now: str) -> dict[str, Any]:
     """The status of an evicted Workload once its job has stopped: the admission cleared, so Kueue
     takes the quota back and queues it again (as Kueue's own job integrations do). Requeued is
@@ -178,6 +200,7 @@ def released_admission(workload: ObservedWorkload, now: str) -> dict[str, Any]:
         "Requeued": condition("Requeued", reason in ("Preempted", "NodeFailures"), reason, message, now),
         "QuotaReserved": condition("QuotaReserved", False, "Pending", message, now),
         "Admitted": condition("Admitted", False, "NoReservation", "The workload has no reservation", now),
+        "PodsReady": condition("PodsReady", False, "WaitForStart", NOT_READY, now),
     }
     kept = [c for t, c in workload.conditions.items() if t not in updates]
     return {"admission": None, "conditions": kept + list(updates.values())}

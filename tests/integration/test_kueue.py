@@ -188,6 +188,55 @@ def test_suspend_wins_and_a_change_while_queued_replaces_the_workload(cluster: C
     cluster.wait_phase(queue_ns, "held", "Running", timeout=60)
 
 
+def test_kueue_evicts_a_job_whose_pods_never_become_ready(cluster: Cluster, queue_ns: str) -> None:
+    """Issue 21, defect 8: with waitForPodsReady on (hack/kueue.py), Kueue itself evicts an
+    admitted job whose pods don't all become Ready in time, and the job goes back to its queue with
+    no restart spent. The operator keeps PodsReady as Kueue's job framework does (queueing.py)."""
+    from kueue import WAIT_FOR_PODS_READY_SECONDS
+
+    setup_queue(cluster, queue_ns, gpus=8)
+    stalled = eight_gpu_job("stalled")
+    stalled["spec"]["tensorflow"]["worker"]["template"]["spec"]["nodeSelector"] = {"no-such-node": "true"}
+    cluster.apply(stalled, queue_ns)
+    wait_for(partial(admitted, cluster, queue_ns, "stalled"), 30, "admitted")
+    status = cluster.wait_phase(queue_ns, "stalled", "Queued", timeout=WAIT_FOR_PODS_READY_SECONDS + 60)
+    # Kueue's words: the eviction's ("PodsReadyTimeout: ...") or, once requeued, "Exceeded the PodsReady timeout"
+    assert status["reason"] == "Evicted" and "PodsReady" in status["message"], status["message"]
+    assert status["restarts"] == 0, "an eviction is no restart"
+    wait_for(lambda: not pods_of(cluster, queue_ns, "stalled"), 60, "its pods gone")
+    [workload] = workloads(cluster, queue_ns, "stalled")
+    conditions = {c["type"]: c for c in workload["status"].get("conditions", [])}
+    assert conditions["Evicted"]["reason"] == "PodsReadyTimeout", conditions
+    print("\n" + status["message"])
+
+
+def pods_ready(cluster: Cluster, ns: str, job: str) -> dict[str, Any]:
+    return next((c for w in workloads(cluster, ns, job) for c in w.get("status", {}).get("conditions", [])
+                 if c["type"] == "PodsReady"), {})
+
+
+def test_kueue_evicts_a_job_that_doesnt_recover_from_a_restart(cluster: Cluster, queue_ns: str) -> None:
+    """Issue 21, defect 8, the case that failed: PodsReady stayed True through a whole-job restart,
+    so a job whose new pods never came up kept its quota forever. Now it goes False
+    (WaitForRecovery) and Kueue evicts the job after recoveryTimeout."""
+    from kueue import WAIT_FOR_PODS_READY_SECONDS
+
+    setup_queue(cluster, queue_ns, gpus=8)
+    cluster.apply(eight_gpu_job("recovering"), queue_ns)
+    cluster.wait_phase(queue_ns, "recovering", "Running", timeout=60)
+    wait_for(lambda: pods_ready(cluster, queue_ns, "recovering").get("reason") == "Started", 30, "PodsReady Started")
+    for i in range(2):  # the restart's pods will find no node
+        cluster.core.patch_node(f"{queue_ns}-{i}", {"spec": {"unschedulable": True}})
+    cluster.finish_pod(queue_ns, "recovering-worker-0", 137)
+    cluster.wait_phase(queue_ns, "recovering", "Restarting")
+    wait_for(lambda: (pods_ready(cluster, queue_ns, "recovering").get("status"),
+                      pods_ready(cluster, queue_ns, "recovering").get("reason")) == ("False", "WaitForRecovery"),
+             30, "PodsReady False, WaitForRecovery")
+    status = cluster.wait_phase(queue_ns, "recovering", "Queued", timeout=WAIT_FOR_PODS_READY_SECONDS + 60)
+    assert status["reason"] == "Evicted" and "PodsReady" in status["message"], status["message"]
+    assert status["restarts"] == 1, "the restart counted once, the eviction not at all"
+
+
 def test_a_job_without_the_label_is_left_to_the_scheduler(cluster: Cluster, queue_ns: str) -> None:
     cluster.apply(tf_job("free", None, worker=replica(1)), queue_ns)
     cluster.wait_phase(queue_ns, "free", "Running")

@@ -212,3 +212,26 @@ def test_the_queued_condition_follows_kueues_reason() -> None:
     queued = next(c for c in later.status["conditions"] if c["type"] == "Queued")
     assert queued["status"] == "True" and queued["message"] == later.status["message"] == \
         f"queued in LocalQueue team-gpu: {said}"
+
+
+def pods_ready_ops(plan: Plan) -> list[tuple[str, str]]:
+    return [(op.body["status"], op.body["reason"]) for op in plan.workload
+            if op.verb == "condition" and op.body["type"] == "PodsReady"]
+
+
+def test_pods_ready_goes_false_as_kueues_job_framework_sets_it() -> None:
+    """Issue 21, defect 8: PodsReady was only ever set True, so after a pod failed, a whole-job
+    restart or an eviction it stayed True and Kueue's waitForPodsReady timeout and recovery never
+    fired. Now the condition follows jobframework's generatePodsReadyCondition (Kueue v0.19.2)."""
+    running = [pod("chief", 0), pod("worker", 0), pod("worker", 1)]
+    one_down = [pod("chief", 0), pod("worker", 0), pod("worker", 1, "Pending")]
+    started = workload(*ADMITTED, ("PodsReady", True, "Started", ""))
+    assert pods_ready_ops(step({"phase": "Running"}, workload(*ADMITTED), one_down)) == [], "absent: not ready"
+    assert pods_ready_ops(step({"phase": "Running"}, started, one_down)) == [("False", "WaitForRecovery")]
+    recovering = workload(*ADMITTED, ("PodsReady", False, "WaitForRecovery", ""))
+    assert pods_ready_ops(step({"phase": "Running"}, recovering, one_down)) == [], "said already"
+    assert pods_ready_ops(step({"phase": "Running"}, recovering, running)) == [("True", "Recovered")]
+    assert pods_ready_ops(step({"phase": "Running"}, started, running)) == [], "said already"
+    evicted = workload(*ADMITTED, ("PodsReady", True, "Started", ""),
+                       ("Evicted", True, "PodsReadyTimeout", "Exceeded the PodsReady timeout"))
+    assert ("False", "WaitForStart") in pods_ready_ops(step({"phase": "Running"}, evicted, running))
