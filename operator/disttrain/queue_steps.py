@@ -29,6 +29,14 @@ def hold_in_queue(p: Pass) -> bool:
     if workload is None:
         name = queueing.workload_name(p.job.ref)
         p.plan.workload.append(WorkloadOp("create", name, queueing.desired_workload(p.job.ref, p.spec, state)))
+        if any(pod.active for pod in p.live):
+            # Pods running with no Workload (deleted by someone; the queue label added to a running
+            # job) hold resources Kueue doesn't know of: stopped as an eviction (no restart
+            # counted), as Kueue's own integrations stop a job whose Workload is gone.
+            p.plan.delete = list(p.live)
+            p.release_group()
+            return queued(p, f"its pods ran with no Workload (deleted, or the queue label added while it ran): "
+                             f"they are stopped, and it starts afresh once Workload {name} is admitted")
         return queued(p, f"waiting for Kueue to admit Workload {name}")
     if workload.true("Evicted") and (any(pod.active or pod.terminating for pod in p.own)
                                      or workload.true("QuotaReserved")):

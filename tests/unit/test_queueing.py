@@ -235,3 +235,17 @@ def test_pods_ready_goes_false_as_kueues_job_framework_sets_it() -> None:
     evicted = workload(*ADMITTED, ("PodsReady", True, "Started", ""),
                        ("Evicted", True, "PodsReadyTimeout", "Exceeded the PodsReady timeout"))
     assert ("False", "WaitForStart") in pods_ready_ops(step({"phase": "Running"}, evicted, running))
+
+
+def test_a_running_job_whose_workload_is_gone_stops_its_pods_and_queues_again() -> None:
+    """Issue 21, defect 7: a Workload deleted under a running job (an admin; the queue label added
+    to a running job) put the job in Queued while its pods kept running without quota. Kueue's
+    own integrations stop such a job: its pods are deleted (no restart counted), a new Workload is
+    made, and the job starts afresh once admitted."""
+    running = [pod("chief", 0), pod("worker", 0), pod("worker", 1)]
+    plan = step({"phase": "Running", "startTime": "2026-11-22T11:00:00Z", "operatorRestarts": 0}, None, running)
+    assert plan.status["phase"] == "Queued"
+    assert {p.name for p in plan.delete} == {p.name for p in running}, "no pod runs without quota"
+    assert plan.status["restarts"] == 0
+    assert [op.verb for op in plan.workload] == ["create"]
+    assert "no Workload" in plan.status["message"], plan.status["message"]
