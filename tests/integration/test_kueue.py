@@ -237,6 +237,41 @@ def test_kueue_evicts_a_job_that_doesnt_recover_from_a_restart(cluster: Cluster,
     assert status["restarts"] == 1, "the restart counted once, the eviction not at all"
 
 
+@pytest.fixture
+def queue_label_policy(cluster: Cluster) -> Iterator[None]:
+    """The chart's ValidatingAdmissionPolicy, as `helm install` makes it."""
+    from support import ROOT, helm
+
+    policy = helm(cluster, "template", "qlp", str(ROOT / "charts" / "disttrain-operator"),
+                  "--show-only", "templates/queue-label-policy.yaml")
+    cluster.apply(policy)
+    yield
+    cluster.kubectl("delete", "-f", "-", input=policy, check=False)
+
+
+def test_the_queue_label_changes_only_while_a_job_waits_or_is_suspended(cluster: Cluster, queue_ns: str,
+                                                                       queue_label_policy: None) -> None:
+    """Issue 21, defect 7: the label added to a running job left its pods running without a
+    Workload; removed from an admitted one, its quota was never released. The chart's policy
+    refuses both, in words that say what to do, and allows the change while the job is queued or
+    suspended (as Kueue's own integrations have it)."""
+    cluster.apply(tf_job("free", None, worker=replica(1)), queue_ns)
+    cluster.wait_phase(queue_ns, "free", "Running")
+
+    def label(value: str) -> Any:
+        return cluster.kubectl("label", "--overwrite", "dtj", "free", "-n", queue_ns,
+                               f"kueue.x-k8s.io/queue-name={value}", check=False)
+
+    refused = wait_for(lambda: (r := label("gpus")).returncode != 0 and r, 30, "the policy in force")
+    assert ("metadata.labels[kueue.x-k8s.io/queue-name] can not change while the job is Running (from \"\" to "
+            '"gpus"): suspend it') in refused.stderr, refused.stderr
+    cluster.kubectl("patch", "dtj", "free", "-n", queue_ns, "--type=merge", "-p",
+                    '{"spec":{"runPolicy":{"suspend":true}}}')
+    cluster.wait_phase(queue_ns, "free", "Suspended")
+    assert label("gpus").returncode == 0, "suspended: it may join a queue"
+    cluster.kubectl("label", "dtj", "free", "-n", queue_ns, "kueue.x-k8s.io/queue-name-")  # and leave it
+
+
 def test_a_job_without_the_label_is_left_to_the_scheduler(cluster: Cluster, queue_ns: str) -> None:
     cluster.apply(tf_job("free", None, worker=replica(1)), queue_ns)
     cluster.wait_phase(queue_ns, "free", "Running")
