@@ -237,6 +237,28 @@ def test_kueue_evicts_a_job_that_doesnt_recover_from_a_restart(cluster: Cluster,
     assert status["restarts"] == 1, "the restart counted once, the eviction not at all"
 
 
+def test_a_workload_deleted_under_a_running_job_stops_its_pods_until_readmitted(cluster: Cluster,
+                                                                               queue_ns: str) -> None:
+    """Issue 21, defect 7: an admin deletes the Workload of a running job. Its pods must not run
+    on without quota: they are stopped (no restart counted), a new Workload is made, and the job
+    runs again once Kueue admits it."""
+    setup_queue(cluster, queue_ns, gpus=8)
+    cluster.apply(eight_gpu_job("orphan"), queue_ns)
+    cluster.wait_phase(queue_ns, "orphan", "Running", timeout=60)
+    first = {p.metadata.uid for p in pods_of(cluster, queue_ns, "orphan")}
+    [old] = workloads(cluster, queue_ns, "orphan")
+    cluster.custom.delete_namespaced_custom_object(*KUEUE, queue_ns, "workloads", old["metadata"]["name"])
+    # Queued, then (the quota is free) admitted again at once: the event says the first.
+    event = cluster.wait_event(queue_ns, "orphan", lambda e: "ran with no Workload" in (e.message or ""),
+                               "the job queued again", timeout=30)
+    print("\n" + event.message)
+    wait_for(lambda: (now := {p.metadata.uid for p in pods_of(cluster, queue_ns, "orphan")}) and not now & first,
+             60, "new pods: started afresh")
+    status = cluster.wait_phase(queue_ns, "orphan", "Running", timeout=60)
+    assert status["restarts"] == 0, "stopped as an eviction, no restart counted"
+    assert [w["metadata"]["uid"] for w in workloads(cluster, queue_ns, "orphan")] != [old["metadata"]["uid"]]
+
+
 @pytest.fixture
 def queue_label_policy(cluster: Cluster) -> Iterator[None]:
     """The chart's ValidatingAdmissionPolicy, as `helm install` makes it."""
