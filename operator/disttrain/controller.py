@@ -32,6 +32,7 @@ from disttrain.reconcile import reconcile
 from disttrain.spec import SpecError, parse_spec
 from disttrain.status import Phase, enter_phase, timestamp
 from disttrain.teardown import Namespaces, NamespaceTerminating
+from disttrain.tombstones import Tombstones, resync_forever
 from disttrain.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -43,10 +44,6 @@ WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
 # How soon to look again at a name an earlier job's object still holds (we don't watch Services,
 # ConfigMaps or Secrets; garbage collection removes them within seconds).
 RETRY_TAKEN_NAME_SECONDS = 1.0
-
-
-def meta_version(body: Mapping[str, Any]) -> str | None:
-    return (body.get("metadata") or {}).get("resourceVersion")
 
 
 class KubeAPI(Protocol):
@@ -67,6 +64,7 @@ class KubeAPI(Protocol):
     async def post_event(self, namespace: str, name: str, uid: str, event_type: str, reason: str,
                          message: str) -> None: ...
     async def namespace_terminating(self, namespace: str) -> bool | None: ...
+    async def pod_uids(self, namespace: str) -> set[str]: ...
     async def close(self) -> None: ...
 
 
@@ -88,6 +86,8 @@ class Controller:
         self._jobs: JobIndex = {}
         self._pods: PodIndex = {}
         self._workloads: WorkloadIndex = {}
+        self.tombstones = Tombstones()
+        self._resyncs: asyncio.Task[None] | None = None
 
     def bind(self, jobs: JobIndex, pods: PodIndex, workloads: WorkloadIndex | None = None) -> None:
         self._jobs, self._pods = jobs, pods
@@ -96,8 +96,12 @@ class Controller:
 
     def start(self) -> None:
         self.queue.start()
+        self._resyncs = asyncio.create_task(resync_forever(self.resync), name="resync")
 
     async def stop(self) -> None:
+        if self._resyncs is not None:
+            self._resyncs.cancel()
+            await asyncio.gather(self._resyncs, return_exceptions=True)
         await self.queue.stop()
         await self.kube.close()
 
@@ -163,7 +167,13 @@ class Controller:
         return exp
 
     def _observed_pods(self, key: JobKey, ref: JobRef) -> list[ObservedPod]:
-        return self._expectations(key, ref).apply(list(self._pods.get(key, ())))
+        return self._expectations(key, ref).apply(self.tombstones.alive(self._pods.get(key, ())))
+
+    async def resync(self) -> set[JobKey]:
+        """Purge pods the watch never saw go (tombstones.py); their jobs are reconciled again."""
+        for key in (touched := await self.tombstones.resync(self.kube, self._pods)):
+            self.queue.add(key)
+        return touched
 
     async def _apply(self, key: JobKey, ref: JobRef, framework: str, body: Mapping[str, Any],
                      plan: Plan) -> float | None:
@@ -193,7 +203,8 @@ class Controller:
         if failure is not None:
             # On top of the status just written, so start time, counts and conditions stay.
             last = self.statuses.get(key)
-            version = last.after if last is not None and last.status == plan.status else meta_version(body)
+            version = last.after if last is not None and last.status == plan.status else \
+                body["metadata"].get("resourceVersion")
             return await self._fail(key, ref, plan.status, version, *failure)
         if plan.delete_job:
             log.info("deleting %s/%s: ttlSecondsAfterFinished has passed", ref.namespace, ref.name)
@@ -204,10 +215,9 @@ class Controller:
         return plan.requeue_after
 
     async def _delete_pods(self, ref: JobRef, exp: Expectations, pods: list[ObservedPod]) -> None:
-        """Delete `pods` by uid, each expected gone until its deletion shows. A delete that fails
-        (429, 500, a timeout) is no longer expected: raised, the work queue retries the job with
-        backoff, and the pass then finds the pod as it was and deletes it again (status.deletedPods
-        keeps the failure from being counted twice)."""
+        """Delete `pods` by uid, each expected gone until its deletion shows. A failed delete (429, 500,
+        a timeout) is expected no more and raised: the work queue's retry deletes it again (the
+        status's deletedPods keeps its failure counted once)."""
         pods = [p for p in pods if p.uid]  # a create still in flight: deleted once it answers
         for pod in pods:
             exp.expect_deleted(pod.uid)

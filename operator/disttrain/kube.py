@@ -15,7 +15,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from disttrain.api_errors import REFUSALS, ErrorKind, classify
-from disttrain.constants import API_VERSION, FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
+from disttrain.constants import API_VERSION, FIELD_MANAGER, GROUP, JOB_NAME_LABEL, KIND, PLURAL, VERSION
 from disttrain.status import timestamp
 from disttrain.teardown import NamespaceTerminating, refused_as_terminating
 
@@ -110,6 +110,11 @@ class Kube:
                 raise Refused(error.describe()) from err
             raise
         return str(created["metadata"]["uid"])
+
+    async def pod_uids(self, namespace: str) -> set[str]:
+        """The uids of the operator's pods in `namespace` now (a raw list: only the uids are read)."""
+        resp = await self.core.list_namespaced_pod(namespace, label_selector=JOB_NAME_LABEL, _preload_content=False)
+        return {p["metadata"]["uid"] for p in json.loads(await _read_checked(resp))["items"]}
 
     async def namespace_terminating(self, namespace: str) -> bool | None:
         """True if the namespace is being deleted (or is gone), False if active, None if we may not ask."""

@@ -155,6 +155,10 @@ class FakeKube:
                          message: str) -> None:
         self.events.append((event_type, reason, message))
 
+    async def pod_uids(self, namespace: str) -> set[str]:
+        self.calls.append(("list", f"Pod/{namespace}"))
+        return {o["metadata"]["uid"] for (kind, ns, _), o in self.objects.items() if kind == "Pod" and ns == namespace}
+
     async def namespace_terminating(self, namespace: str) -> bool | None:
         self.calls.append(("get", f"Namespace/{namespace}"))
         return namespace in self.terminating

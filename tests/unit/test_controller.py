@@ -48,6 +48,11 @@ class Harness:
     def status(self) -> dict[str, Any]:
         return self.kube.statuses[-1]
 
+    def controller_ref(self) -> Any:
+        from disttrain.objects import JobRef
+
+        return JobRef("mnist", "ml", self.body["metadata"]["uid"])
+
     async def run_then_kill(self) -> None:
         """The job's pods made and Running, then every one OOM-killed: the next pass restarts it."""
         await self.reconcile()
@@ -345,4 +350,24 @@ def test_a_flavor_that_cant_be_read_holds_the_pods_not_the_pass() -> None:
         wait = await h.reconcile()
         assert wait is not None and 0 < wait <= 10, "looked at again soon"
         assert not [w for w in h.kube.writes("create") if w.startswith("Pod/")], "no pod without its flavor"
+    run(scenario)
+
+
+def test_a_pod_deleted_while_the_watch_was_away_is_purged_by_a_resync() -> None:
+    """Issue 21, defect 10: after a watch re-list (410 Gone: an API server restart) kopf removes an
+    index entry only on a DELETED event it saw, so a pod deleted in the gap stayed "Running" in the
+    index forever. A resync lists each namespace's pods; a pod indexed before the list began and
+    absent from it is gone (a tombstone, as client-go's DeletedFinalStateUnknown)."""
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await h.reconcile()
+        h.watch(**RUNNING)
+        await h.reconcile()
+        assert h.status()["phase"] == "Running"
+        h.body["status"] = copy.deepcopy(h.status())  # the job's own watch event came
+        gone = h.kube.objects.pop(("Pod", "ml", "mnist-worker-1"))  # deleted; its DELETED event missed
+        assert await h.controller.resync() == {KEY}, "the job whose pod vanished is looked at again"
+        await h.reconcile()
+        assert (h.status()["phase"], h.status()["reason"]) == ("Restarting", "PodDeleted"), h.status()
+        assert gone["metadata"]["uid"] not in {p.uid for p in h.controller._observed_pods(KEY, h.controller_ref())}
     run(scenario)
