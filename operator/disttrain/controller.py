@@ -41,8 +41,7 @@ JobKey = tuple[str, str]  # (namespace, name)
 JobIndex = Mapping[JobKey, Iterable[Mapping[str, Any]]]
 PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
 WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
-# How soon to look again at a name an earlier job's object still holds (we don't watch Services,
-# ConfigMaps or Secrets; garbage collection removes them within seconds).
+# How soon to look again at a name an earlier job's object holds (garbage collection: seconds).
 RETRY_TAKEN_NAME_SECONDS = 1.0
 
 
@@ -135,7 +134,8 @@ class Controller:
             keys = self.ssh_keys[ref.uid]
         job = await self.groups.observe(job)
         job = await self.queues.observe(job, meta.get("labels") or {}, self._workloads.get(key, ()))
-        plan = reconcile(job, self._observed_pods(key, ref), self.clock.now(), keys)
+        pods = self._observed_pods(key, ref, job.status.get("deletedPods") or ())
+        plan = reconcile(job, pods, self.clock.now(), keys)
         plan = create_refusals.hold(self.refusals.get(key), Queues.hold_unreadable(job, plan), self.clock.monotonic())
         try:
             if await self.namespaces.going_away(ref, plan, body.get("status") or {}, self._pods.get(key, ()),
@@ -150,9 +150,8 @@ class Controller:
 
     def _forget(self, key: JobKey) -> None:
         """The job is gone: drop everything remembered for it."""
-        self.expectations.pop(key, None)
-        self.statuses.pop(key, None)
-        self.refusals.pop(key, None)
+        for memory in (self.expectations, self.statuses, self.refusals, self.tombstones.final):
+            memory.pop(key, None)
         self.queue.forget(key)
         uid = self.uids.pop(key, None)
         if uid is not None:
@@ -166,8 +165,9 @@ class Controller:
             exp = self.expectations[key] = Expectations(self.clock, ref.uid)
         return exp
 
-    def _observed_pods(self, key: JobKey, ref: JobRef) -> list[ObservedPod]:
-        return self._expectations(key, ref).apply(self.tombstones.alive(self._pods.get(key, ())))
+    def _observed_pods(self, key: JobKey, ref: JobRef, judged: Iterable[str] = ()) -> list[ObservedPod]:
+        return self._expectations(key, ref).apply(self.tombstones.view(key, self._pods.get(key, ()), set(judged)))
+
 
     async def resync(self) -> set[JobKey]:
         """Purge pods the watch never saw go (tombstones.py); their jobs are reconciled again."""

@@ -106,6 +106,8 @@ async def job_event(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -
 
 @kopf.on.event("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=controlled_by_its_job)
 async def pod_event(namespace: str, labels: Mapping[str, str], memo: kopf.Memo, **kwargs: Any) -> None:
+    if kwargs.get("type") == "DELETED":  # its final state may say why it went (tombstones.py)
+        memo["controller"].tombstones.pod_deleted((namespace, labels[JOB_NAME_LABEL]), observe_pod(kwargs["body"]))
     _queue(memo, (namespace, labels[JOB_NAME_LABEL]), kwargs)
 
 

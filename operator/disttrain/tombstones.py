@@ -1,4 +1,5 @@
-"""Pods the watch never saw go: tombstones from a periodic list, as client-go's informers keep them.
+"""Pods the watch never saw go, and the last state of pods it saw go: tombstones, as client-go's
+informers keep them (DeletedFinalStateUnknown).
 
 kopf removes a pod from its index only on a DELETED event. After a watch expires (410 Gone: an API
 server restart, a long partition) it lists again and carries on, but what the new list lacks is
@@ -14,9 +15,10 @@ lists its pods anew.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from disttrain.observed import ObservedPod
 
@@ -32,9 +34,32 @@ class PodLister(Protocol):
 class Tombstones:
     def __init__(self) -> None:
         self.gone: frozenset[str] = frozenset()
+        # The final state of pods deleted for a disruption, from their DELETED event: a pod the
+        # taint manager or the pod GC deletes carries DisruptionTarget, and when its DELETED event
+        # overtakes the update that showed it, the pod would be merely gone (a retryable loss) where
+        # the update makes it a failure (restartPolicy Never fails the job). Kept until a status
+        # names it in deletedPods (judged once), or the job is forgotten; after an operator restart
+        # the pod is merely gone, as before.
+        self.final: dict[Any, dict[str, ObservedPod]] = {}
 
-    def alive(self, pods: Iterable[ObservedPod]) -> list[ObservedPod]:
-        return [p for p in pods if p.uid not in self.gone] if self.gone else list(pods)
+    def pod_deleted(self, key: Any, pod: ObservedPod) -> None:
+        if pod.disruption is not None and pod.phase not in ("Succeeded", "Failed"):
+            self.final.setdefault(key, {})[pod.uid] = dataclasses.replace(pod, terminating=True)
+
+    def view(self, key: Any, pods: Iterable[ObservedPod], judged: Collection[str]) -> list[ObservedPod]:
+        """The job's pods as they are: without the gone, with the disrupted ones whose deletion
+        came first, until a status has judged them (`judged`: its deletedPods)."""
+        alive = [p for p in pods if p.uid not in self.gone] if self.gone else list(pods)
+        final = self.final.get(key)
+        if final:
+            for uid in [u for u in final if u in judged]:
+                del final[uid]
+            seen = {p.uid for p in alive}
+            alive += [p for uid, p in final.items() if uid not in seen]
+        return alive
+
+    def forget(self, key: Any) -> None:
+        self.final.pop(key, None)
 
     async def resync(self, kube: PodLister, index: Mapping[tuple[str, Key], Iterable[ObservedPod]]
                      ) -> set[tuple[str, Key]]:

@@ -371,3 +371,31 @@ def test_a_pod_deleted_while_the_watch_was_away_is_purged_by_a_resync() -> None:
         assert (h.status()["phase"], h.status()["reason"]) == ("Restarting", "PodDeleted"), h.status()
         assert gone["metadata"]["uid"] not in {p.uid for p in h.controller._observed_pods(KEY, h.controller_ref())}
     run(scenario)
+
+
+def test_a_disrupted_pod_is_judged_the_same_when_its_deletion_arrives_first() -> None:
+    """Defect 3, second half: a pod the taint manager evicts carries DisruptionTarget, and a pass
+    that saw it judged it failed (restartPolicy Never fails the job). When the DELETED event came
+    first the pod was simply gone: a retryable PodDeleted. The DELETED event's final state now
+    says the same as the update it overtook."""
+    from disttrain.observed import observe_pod
+    from manifests import replica, tf_job
+
+    async def scenario() -> None:
+        h = Harness(tf_job("mnist", None, worker=replica(2, "Never")))
+        await h.reconcile()
+        h.watch(**RUNNING)
+        await h.reconcile()
+        h.body["status"] = copy.deepcopy(h.status())
+        final = copy.deepcopy(h.kube.objects.pop(("Pod", "ml", "mnist-worker-1")))
+        final["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:05Z"
+        final["status"] = {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
+             "message": "Taint manager: deleting due to NoExecute taint"}]}
+        h.pods[:] = [p for p in h.pods if p.name != "mnist-worker-1"]  # kopf's index dropped it
+        h.controller.tombstones.pod_deleted(KEY, observe_pod(final))
+        await h.reconcile()
+        assert (h.status()["phase"], h.status()["reason"]) == ("Failed", "ReplicaFailed"), h.status()
+        assert "DeletionByTaintManager" in h.status()["message"]
+    run(scenario)
