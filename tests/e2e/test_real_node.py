@@ -202,8 +202,11 @@ def test_a_killed_worker_resumes_from_its_checkpoint(cluster: Cluster, job_names
     os.kill(realnode.container_pid(victim.status.container_statuses[0].container_id), signal.SIGKILL)
 
     old = {p.metadata.uid for p in first}
-    second = wait_for(lambda: (pods := wait_pods_running(cluster, job_namespace, "mnist-mwms", 2, timeout=180))
-                      and not old & {p.metadata.uid for p in pods} and pods, 180, "the job restarted with new pods")
+    try:
+        second = wait_for(lambda: (pods := wait_pods_running(cluster, job_namespace, "mnist-mwms", 2, timeout=180))
+                          and not old & {p.metadata.uid for p in pods} and pods, 180, "the job restarted with new pods")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{said(cluster, job_namespace, 'mnist-mwms')}") from None
     resumed = follow(job_namespace, second)
     start = resumed["mnist-mwms-worker-0"].wait_event(lambda e: e.get("event") == "start", "where training starts")
     status = finish(cluster, job_namespace, "mnist-mwms", started, resumed, timing="mnist-mwms, killed and resumed")
@@ -242,6 +245,13 @@ def test_tf1_between_graph(cluster: Cluster, job_namespace: str, tmp_path: Path,
     assert result["final_loss"] < result["first_loss"], result
 
 
+def said(cluster: Cluster, ns: str, job: str) -> str:
+    """Where a job and its pods stand, for a timeout's message."""
+    pods = [(p.metadata.name, p.metadata.uid, p.status.phase, bool(p.metadata.deletion_timestamp),
+             [(c.type, c.message) for c in p.status.conditions or []]) for p in cluster.pods(ns)]
+    return f"job: {cluster.job_status(ns, job)}\npods: {pods}"
+
+
 def on_cpu(container: dict[str, Any]) -> None:
     """A GPU example's container as this GPU-less node runs it: the CPU image, a CPU's resources."""
     container["image"] = container["image"].removesuffix("-gpu")
@@ -262,10 +272,7 @@ def test_mirrored_single_pod_on_four_logical_cpus(cluster: Cluster, job_namespac
                                         if p.status.phase in ("Running", "Succeeded", "Failed")), None),
                           180, "the worker to start", interval=0.5)
     except AssertionError as err:
-        pods = [(p.metadata.name, p.status.phase, [(c.type, c.message) for c in p.status.conditions or []])
-                for p in cluster.pods(job_namespace)]
-        status = cluster.job_status(job_namespace, "mirrored-4gpu")
-        raise AssertionError(f"{err}\njob: {status}\npods: {pods}") from None
+        raise AssertionError(f"{err}\n{said(cluster, job_namespace, 'mirrored-4gpu')}") from None
     logs = follow(job_namespace, [worker])
     finish(cluster, job_namespace, "mirrored-4gpu", started, logs)
     log = logs["mirrored-4gpu-worker-0"]

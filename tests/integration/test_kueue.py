@@ -280,11 +280,14 @@ def test_the_queue_label_changes_only_while_a_job_waits_or_is_suspended(cluster:
     cluster.apply(tf_job("free", None, worker=replica(1)), queue_ns)
     cluster.wait_phase(queue_ns, "free", "Running")
 
-    def label(value: str) -> Any:
+    def label(value: str, *dry_run: str) -> Any:
         return cluster.kubectl("label", "--overwrite", "dtj", "free", "-n", queue_ns,
-                               f"kueue.x-k8s.io/queue-name={value}", check=False)
+                               f"kueue.x-k8s.io/queue-name={value}", *dry_run, check=False)
 
-    refused = wait_for(lambda: (r := label("gpus")).returncode != 0 and r, 30, "the policy in force")
+    # A new policy takes a moment to reach the API server's admission: tried without a write until then.
+    wait_for(lambda: label("gpus", "--dry-run=server").returncode != 0, 30, "the policy in force")
+    refused = label("gpus")
+    assert refused.returncode != 0, "refused for real too"
     assert ("metadata.labels[kueue.x-k8s.io/queue-name] can not change while the job is Running (from \"\" to "
             '"gpus"): suspend it') in refused.stderr, refused.stderr
     cluster.kubectl("patch", "dtj", "free", "-n", queue_ns, "--type=merge", "-p",
