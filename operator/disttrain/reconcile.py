@@ -117,12 +117,13 @@ def succeed(p: Pass) -> bool:
 
 def judged_failures(p: Pass) -> list[ObservedPod]:
     """The failed pods (`Pass.failed`) to judge now. An MPI launcher's failure is its workers' when one of them
-    failed or is going too, and waits a moment for theirs otherwise (failure.LAUNCHER_GRACE)."""
+    failed or is going too, and a synchronous job's pod that ended by its own verdict is a killed peer's
+    when one was; each waits a moment for theirs otherwise (failure.LAUNCHER_GRACE)."""
     judged = []
     for pod in p.failed:
-        if failure.caused_by_a_worker(pod, p.own):
+        if failure.caused_by_a_peer(p.spec, pod, p.own):
             continue
-        if (left := failure.launcher_grace_left(pod, p.now)) > 0:
+        if (left := failure.grace_left(p.spec, pod, p.now)) > 0:
             p.plan.requeue_within(left)
             continue
         judged.append(pod)

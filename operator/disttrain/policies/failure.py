@@ -43,9 +43,34 @@ def caused_by_a_worker(pod: ObservedPod, pods: Sequence[ObservedPod]) -> bool:
         o.replica_type == ReplicaType.WORKER and (o.phase == "Failed" or o.terminating) for o in pods)
 
 
-def launcher_grace_left(pod: ObservedPod, now: datetime.datetime) -> float:
-    """Seconds until a failed MPI launcher may be judged on its own (0 for any other pod)."""
-    finished = parse_timestamp(pod.finished_at) if pod.replica_type == ReplicaType.LAUNCHER else None
+def _own_verdict(spec: JobSpec, pod: ObservedPod) -> bool:
+    """A failure its replica's policy doesn't retry (the program's own exit code, or any under Never)."""
+    return not is_retryable(spec.replicas[pod.replica_type].restart_policy, pod.exit_code)
+
+
+def caused_by_a_peer(spec: JobSpec, pod: ObservedPod, pods: Sequence[ObservedPod]) -> bool:
+    """An MPI launcher's failure is its workers' (above). Likewise in synchronous training
+    (restartScope Job): a peer killed takes the others down by their own exit (TensorFlow's
+    collectives: gRPC "Socket closed", exit 1), and the killed peer's retryable failure decides
+    (tests/e2e: a MultiWorkerMirrored worker SIGKILLed; its peer's exit 1 failed the job one run
+    in three before this)."""
+    if caused_by_a_worker(pod, pods):
+        return True
+    if spec.run_policy.restart_scope is not RestartScope.JOB or not _own_verdict(spec, pod):
+        return False
+    return any(o is not pod and o.replica_type in spec.replicas and (
+        (o.phase == "Failed" and not _own_verdict(spec, o)) or (o.terminating and o.disruption is not None))
+        for o in pods)
+
+
+def grace_left(spec: JobSpec, pod: ObservedPod, now: datetime.datetime) -> float:
+    """Seconds until a failed pod may be judged on its own: an MPI launcher, and in a job of several
+    pods restarted as a whole a failure by the pod's own verdict (a killed peer's loss, which
+    explains it, may reach us a moment later); 0 for any other."""
+    waits = pod.replica_type == ReplicaType.LAUNCHER or (
+        spec.run_policy.restart_scope is RestartScope.JOB and _own_verdict(spec, pod)
+        and sum(r.replicas for r in spec.replicas.values()) > 1)
+    finished = parse_timestamp(pod.finished_at) if waits else None
     return 0.0 if finished is None else max(0.0, (finished + LAUNCHER_GRACE - now).total_seconds())
 
 
