@@ -53,11 +53,16 @@ class Harness:
 
         return JobRef("mnist", "ml", self.body["metadata"]["uid"])
 
-    async def run_then_kill(self) -> None:
-        """The job's pods made and Running, then every one OOM-killed: the next pass restarts it."""
+    async def run(self) -> None:
+        """The job's pods made and Running, and the job's status saying so."""
         await self.reconcile()
         self.watch(**RUNNING)
         await self.reconcile()
+        assert self.status()["phase"] == "Running"
+
+    async def run_then_kill(self) -> None:
+        """The job's pods made and Running, then every one OOM-killed: the next pass restarts it."""
+        await self.run()
         self.watch(**OOM)
 
 
@@ -88,10 +93,7 @@ def test_created_pods_are_not_created_again_before_the_watch_shows_them() -> Non
 def test_a_deleted_pod_counts_as_terminating_until_its_deletion_shows() -> None:
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
-        await h.reconcile()
-        h.watch(**RUNNING)
-        await h.reconcile()
-        assert h.status()["phase"] == "Running"
+        await h.run()
         failed = {"phase": "Failed", "containerStatuses": [{"name": "c", "restartCount": 0, "state": {
             "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
         h.watch(**failed)
@@ -360,10 +362,7 @@ def test_a_pod_deleted_while_the_watch_was_away_is_purged_by_a_resync() -> None:
     absent from it is gone (a tombstone, as client-go's DeletedFinalStateUnknown)."""
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
-        await h.reconcile()
-        h.watch(**RUNNING)
-        await h.reconcile()
-        assert h.status()["phase"] == "Running"
+        await h.run()
         h.body["status"] = copy.deepcopy(h.status())  # the job's own watch event came
         gone = h.kube.objects.pop(("Pod", "ml", "mnist-worker-1"))  # deleted; its DELETED event missed
         assert await h.controller.resync() == {KEY}, "the job whose pod vanished is looked at again"
@@ -383,9 +382,7 @@ def test_a_disrupted_pod_is_judged_the_same_when_its_deletion_arrives_first() ->
 
     async def scenario() -> None:
         h = Harness(tf_job("mnist", None, worker=replica(2, "Never")))
-        await h.reconcile()
-        h.watch(**RUNNING)
-        await h.reconcile()
+        await h.run()
         h.body["status"] = copy.deepcopy(h.status())
         final = copy.deepcopy(h.kube.objects.pop(("Pod", "ml", "mnist-worker-1")))
         final["metadata"]["deletionTimestamp"] = "2026-11-22T12:00:05Z"

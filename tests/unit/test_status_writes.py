@@ -7,7 +7,7 @@ import asyncio
 import copy
 
 import pytest
-from test_controller import RUNNING, Harness
+from test_controller import Harness
 
 from disttrain.status_writes import PROGRESS_WRITE_INTERVAL, WrittenStatus, progress_wait, with_own_status
 from manifests import mwms_job
@@ -37,10 +37,7 @@ def test_only_progress_waits_and_only_just_after_a_write() -> None:
 def test_pods_getting_ready_one_by_one_cost_one_write_after_the_phase() -> None:
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
-        await h.reconcile()
-        h.watch(**RUNNING)
-        await h.reconcile()
-        assert h.status()["phase"] == "Running"
+        await h.run()
         writes = len(h.kube.statuses)
         h.body["status"] = copy.deepcopy(h.status())  # the watch shows our write
         h.pods[:] = h.kube.observed(phase="Running", conditions=[{"type": "Ready", "status": "False"}])
