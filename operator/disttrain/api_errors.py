@@ -36,7 +36,7 @@ class ErrorKind(enum.StrEnum):
 # What a create may meet that someone other than the job can lift: the job waits and tries again.
 REFUSALS = frozenset({ErrorKind.WEBHOOK, ErrorKind.QUOTA, ErrorKind.ADMISSION, ErrorKind.RBAC})
 # `admission webhook "NAME" denied the request: ...` (k8s.io/apiserver/pkg/admission/plugin/webhook/errors).
-_WEBHOOK = re.compile(r'admission webhook "([^"]+)" denied the request')
+_WEBHOOK = re.compile(r'admission webhook "[^"]+" denied the request')
 # The authorizer's words: `User "system:serviceaccount:ns:sa" cannot create resource "pods" ...`.
 _RBAC = re.compile(r'cannot \w+ resource "')
 
@@ -45,13 +45,7 @@ _RBAC = re.compile(r'cannot \w+ resource "')
 class APIError:
     code: int
     kind: ErrorKind
-    message: str  # the API server's own
-    webhook: str | None = None
-
-    @property
-    def may_pass(self) -> bool:
-        """Whether trying again later can succeed without anyone changing the job."""
-        return self.kind not in (ErrorKind.INVALID, ErrorKind.EXISTS)
+    message: str  # the API server's own (a webhook's denial names the webhook)
 
     def describe(self) -> str:
         """For the job's status: which kind of refusal, then the API server's words."""
@@ -67,9 +61,8 @@ def classify(code: int, body: Any, reason: str = "") -> APIError:
         status = {}
     message = str(status.get("message") or reason or f"HTTP {code}")
     status_reason = str(status.get("reason") or "")
-    webhook = _WEBHOOK.search(message)
-    if webhook:
-        return APIError(code, ErrorKind.WEBHOOK, message, webhook.group(1))
+    if _WEBHOOK.search(message):
+        return APIError(code, ErrorKind.WEBHOOK, message)
     if code == 403:
         if _RBAC.search(message):
             return APIError(code, ErrorKind.RBAC, message)
