@@ -57,7 +57,16 @@ IMAGES = [
 ]
 
 
+# buildah writes each layer it commits to a temporary file first, in /var/tmp unless TMPDIR says
+# otherwise; CI's /var/tmp ran out of space committing the Horovod image ("writing blob: ... write
+# /var/tmp/storage1216923303/1: no space left on device"), so those files live beside the cache.
+BUILDAH_TMP = CACHE / "buildah-tmp"
+
+
 def sh(*argv: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    if argv[0] == "buildah":
+        BUILDAH_TMP.mkdir(parents=True, exist_ok=True)
+        kwargs.setdefault("env", {**os.environ, "TMPDIR": str(BUILDAH_TMP)})
     return subprocess.run(argv, check=True, text=True, **kwargs)  # type: ignore[call-overload, no-any-return]
 
 
@@ -198,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         if not only or image.name in only:
             build(image, base_key)
     shutil.rmtree(OUT / "work", ignore_errors=True)
+    shutil.rmtree(BUILDAH_TMP, ignore_errors=True)
     print(f"images: ready in {OUT} ({time.monotonic() - started:.0f}s)")
     return 0
 
