@@ -25,6 +25,7 @@ class ErrorKind(enum.StrEnum):
     WEBHOOK = "denied by an admission webhook"
     QUOTA = "refused by a ResourceQuota"
     ADMISSION = "refused by admission"  # PodSecurity, a missing PriorityClass, LimitRange, ...
+    NAMESPACE_TERMINATING = "refused: the namespace is being deleted"  # teardown.py waits it out
     RBAC = "forbidden by RBAC"  # the operator's own permissions
     CONFLICT = "conflict"
     EXISTS = "already exists"
@@ -64,6 +65,12 @@ def classify(code: int, body: Any, reason: str = "") -> APIError:
     if _WEBHOOK.search(message):
         return APIError(code, ErrorKind.WEBHOOK, message)
     if code == 403:
+        # The namespace lifecycle admission refusing new content in a namespace being deleted:
+        # its details carry the cause NamespaceTerminating (k8s.io/api/core/v1).
+        details = status.get("details")
+        causes = details.get("causes") if isinstance(details, dict) else None
+        if any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes or []):
+            return APIError(code, ErrorKind.NAMESPACE_TERMINATING, message)
         if _RBAC.search(message):
             return APIError(code, ErrorKind.RBAC, message)
         if "exceeded quota" in message:

@@ -17,7 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from disttrain.api_errors import REFUSALS, ErrorKind, classify
 from disttrain.constants import API_VERSION, FIELD_MANAGER, GROUP, JOB_NAME_LABEL, KIND, PLURAL, VERSION
 from disttrain.status import timestamp
-from disttrain.teardown import NamespaceTerminating, refused_as_terminating
+from disttrain.teardown import NamespaceTerminating
 
 MERGE_PATCH = "application/merge-patch+json"
 # The core/v1 kinds a job owns, and their names in the client's method names.
@@ -100,10 +100,10 @@ class Kube:
         except ApiException as err:
             if err.status == 409:
                 return None
-            if refused_as_terminating(err.status, err.body):
-                raise NamespaceTerminating(ns) from err
             # Invalid: 422, or a 400 that is no webhook's (a quantity "a lot" the CRD let through: fuzz).
             error = classify(err.status, err.body, err.reason or "")
+            if error.kind is ErrorKind.NAMESPACE_TERMINATING:
+                raise NamespaceTerminating(ns) from err
             if error.kind is ErrorKind.INVALID:
                 raise Invalid(error.message) from err
             if error.kind in REFUSALS:

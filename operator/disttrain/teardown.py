@@ -15,7 +15,6 @@ refuses for that reason marks the namespace instead, once.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
@@ -89,14 +88,3 @@ class Namespaces:
         lost = any(e.reason in (Reason.POD_DELETED, Reason.PODS_NOT_RUNNING) for e in plan.events)
         return await self.terminating(ref.namespace, fresh=others or lost)
 
-
-def refused_as_terminating(status: int | None, body: Any) -> bool:
-    """A 403 of the namespace lifecycle admission for new content in a namespace being deleted: its
-    details carry the cause NamespaceTerminating (k8s.io/api/core/v1 NamespaceTerminatingCause)."""
-    if status != 403:
-        return False
-    try:
-        details = json.loads(body or b"{}").get("details") or {}
-    except (TypeError, ValueError, AttributeError):
-        return False
-    return any(c.get("reason") == "NamespaceTerminating" for c in details.get("causes") or [])

@@ -9,8 +9,9 @@ from typing import Any
 from fakes import FakeKube
 from test_controller import RUNNING, Harness
 
+from disttrain.api_errors import ErrorKind, classify
 from disttrain.observed import observe_pod
-from disttrain.teardown import RECHECK_SECONDS, refused_as_terminating
+from disttrain.teardown import RECHECK_SECONDS
 from manifests import mwms_job
 
 TERMINATING_403 = (b'{"kind":"Status","status":"Failure","message":"pods \\"a\\" is forbidden: unable to create new '
@@ -90,8 +91,8 @@ def test_without_rights_to_get_namespaces_the_first_refused_create_stops_it() ->
 
 
 def test_the_refusal_is_told_from_other_403s() -> None:
-    assert refused_as_terminating(403, TERMINATING_403)
+    assert classify(403, TERMINATING_403).kind is ErrorKind.NAMESPACE_TERMINATING
     other: Any = b'{"kind":"Status","reason":"Forbidden","code":403,"message":"pods is forbidden: User cannot"}'
-    assert not refused_as_terminating(403, other)
-    assert not refused_as_terminating(409, TERMINATING_403)
-    assert not refused_as_terminating(403, "not json")
+    assert classify(403, other).kind is not ErrorKind.NAMESPACE_TERMINATING
+    assert classify(409, TERMINATING_403).kind is not ErrorKind.NAMESPACE_TERMINATING
+    assert classify(403, "not json").kind is ErrorKind.ADMISSION
