@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
     run.add_argument("--health-port", type=int, default=0, help="serve liveness at :PORT/healthz")
     run.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
+    run.add_argument("--resync-seconds", type=float, default=300.0, help="seconds between re-lists of the pods")
     run.add_argument("--verbose", "-v", action="store_true")
     sub.add_parser("crd", help="print the DistTrainJob CRD")
     render_cmd = sub.add_parser("render", help="print every object the operator would create for a job")
@@ -103,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     # Namespaces named exactly (no glob): kopf need not list the cluster's namespaces to find
     # them, which a namespaced install's Roles don't allow (each refused list retried for ~40 s).
     exact = bool(args.namespace) and not any(set(ns) & set("*?[]!,") for ns in args.namespace)
-    memo = kopf.Memo(workers=args.workers, exact_namespaces=exact)
+    memo = kopf.Memo(workers=args.workers, exact_namespaces=exact, resync_seconds=args.resync_seconds)
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,

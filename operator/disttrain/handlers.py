@@ -17,6 +17,7 @@ from disttrain.kube import Kube, new_api_client
 from disttrain.objects import controller_of
 from disttrain.observed import ObservedPod, observe_pod
 from disttrain.queueing import ObservedWorkload, observe_workload
+from disttrain.tombstones import RESYNC_SECONDS
 
 
 def controlled_by_its_job(body: kopf.Body, **_: Any) -> bool:
@@ -52,7 +53,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     # The CRD is there (wait_for_crd, before kopf starts) and the namespaces are given by name:
     # no scan of namespaces or resources, so no request the namespaced chart's Roles refuse.
     settings.scanning.disabled = bool(memo.get("exact_namespaces"))
-    controller = Controller(Kube(await new_api_client()), workers=int(memo.get("workers", 16)))
+    controller = Controller(Kube(await new_api_client()), workers=int(memo.get("workers", 16)),
+                            resync_seconds=float(memo.get("resync_seconds", RESYNC_SECONDS)))
     controller.start()
     memo["controller"] = controller
 
