@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from disttrain import create_refusals, metrics, mpi, status_writes
 from disttrain.children import Children
@@ -21,6 +21,7 @@ from disttrain.clock import Clock, SystemClock
 from disttrain.expectations import Expectations
 from disttrain.groups import Groups
 from disttrain.kube import Conflict
+from disttrain.kube_api import KubeAPI
 from disttrain.objects import JobRef
 from disttrain.observed import ObservedPod
 from disttrain.passes import JobState
@@ -29,10 +30,11 @@ from disttrain.queueing import ObservedWorkload
 from disttrain.queues import Queues
 from disttrain.reasons import REFUSED, Reason
 from disttrain.reconcile import reconcile
+from disttrain.retries import Explained
 from disttrain.spec import SpecError, parse_spec
 from disttrain.status import Phase, enter_phase, timestamp
 from disttrain.teardown import Namespaces, NamespaceTerminating
-from disttrain.tombstones import Tombstones, resync_forever
+from disttrain.tombstones import RESYNC_SECONDS, Tombstones, resync_forever
 from disttrain.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -45,39 +47,19 @@ WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
 RETRY_TAKEN_NAME_SECONDS = 1.0
 
 
-class KubeAPI(Protocol):
-    """The API writes the controller makes (`disttrain.kube.Kube`; an in-memory fake in tests)."""
-
-    async def create(self, obj: Mapping[str, Any]) -> str | None: ...
-    async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
-    async def patch(self, obj: Mapping[str, Any], body: Mapping[str, Any], *, status: bool = False,
-                    apply: bool = False) -> None: ...
-    async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
-    async def delete(self, obj: Mapping[str, Any], uid: str) -> None: ...
-    async def served_group_versions(self) -> set[str]: ...
-    async def patch_config_map_data(self, obj: Mapping[str, Any]) -> bool: ...
-    async def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
-    async def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any],
-                               resource_version: str | None) -> dict[str, Any]: ...
-    async def delete_job(self, namespace: str, name: str, uid: str) -> None: ...
-    async def post_event(self, namespace: str, name: str, uid: str, event_type: str, reason: str,
-                         message: str) -> None: ...
-    async def namespace_terminating(self, namespace: str) -> bool | None: ...
-    async def pod_uids(self, namespace: str) -> set[str]: ...
-    async def close(self) -> None: ...
-
-
 class Controller:
     def __init__(self, kube: KubeAPI, workers: int = 16, create_concurrency: int = 32,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, resync_seconds: float = RESYNC_SECONDS) -> None:
         self.kube = kube
+        self.resync_seconds = resync_seconds
         self.clock: Clock = clock or SystemClock()
-        self.queue: WorkQueue[JobKey] = WorkQueue(self.reconcile_key, workers=workers)
+        self.queue: WorkQueue[JobKey] = WorkQueue(self.reconcile_key, workers=workers, on_failure=self._retrying)
         self.expectations: dict[JobKey, Expectations] = {}
         self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
         self.uids: dict[JobKey, str] = {}
         self.statuses: dict[JobKey, status_writes.WrittenStatus] = {}
         self.refusals: dict[JobKey, create_refusals.Refusal] = {}
+        self.retried: dict[JobKey, tuple[str, float]] = {}  # the last failure told in an event, and when
         self.groups = Groups(kube, self.clock)
         self.queues = Queues(kube, self.clock)
         self.namespaces = Namespaces(kube, self.clock)
@@ -95,7 +77,7 @@ class Controller:
 
     def start(self) -> None:
         self.queue.start()
-        self._resyncs = asyncio.create_task(resync_forever(self.resync), name="resync")
+        self._resyncs = asyncio.create_task(resync_forever(self.resync, self.resync_seconds), name="resync")
 
     async def stop(self) -> None:
         if self._resyncs is not None:
@@ -150,7 +132,7 @@ class Controller:
 
     def _forget(self, key: JobKey) -> None:
         """The job is gone: drop everything remembered for it."""
-        for memory in (self.expectations, self.statuses, self.refusals, self.tombstones.final):
+        for memory in (self.expectations, self.statuses, self.refusals, self.retried, self.tombstones.final):
             memory.pop(key, None)
         self.queue.forget(key)
         uid = self.uids.pop(key, None)
@@ -167,7 +149,6 @@ class Controller:
 
     def _observed_pods(self, key: JobKey, ref: JobRef, judged: Iterable[str] = ()) -> list[ObservedPod]:
         return self._expectations(key, ref).apply(self.tombstones.view(key, self._pods.get(key, ()), set(judged)))
-
 
     async def resync(self) -> set[JobKey]:
         """Purge pods the watch never saw go (tombstones.py); their jobs are reconciled again."""
@@ -290,6 +271,17 @@ class Controller:
         await self._event(ref, Event("Warning", reason, message))
         metrics.count_transition(reason)
         return None
+
+    async def _retrying(self, key: JobKey, failure: Explained) -> None:
+        """A pass the API server failed (throttled, a server error, RBAC): the work queue retries it
+        with backoff; the job's events say so, once per new message (again after 5 minutes)."""
+        uid, last, now = self.uids.get(key), self.retried.get(key), self.clock.monotonic()
+        told = last is not None and last[0] == failure.what and now - last[1] < 300
+        if not failure.answered or uid is None or told:
+            return
+        self.retried[key] = (failure.what, now)
+        ref = JobRef(name=key[1], namespace=key[0], uid=uid)
+        await self._event(ref, Event("Warning", Reason.API_REQUEST_RETRIED, f"{failure.what}; retrying with backoff"))
 
     async def _event(self, ref: JobRef, event: Event) -> None:
         # The same line in the operator's log: what happened to a job, in order, when events have expired.

@@ -22,7 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from disttrain.clock import Clock, SystemClock
 from disttrain.kube import new_api_client
-from disttrain.workqueue import TRANSIENT
+from disttrain.retries import TRANSIENT
 
 log = logging.getLogger(__name__)
 MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"

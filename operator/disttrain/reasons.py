@@ -30,6 +30,7 @@ class Reason(StrEnum):
     POD_CREATE_REFUSED = "PodCreateRefused"  # admission said no (quota, PriorityClass...): create_refusals.py
     CREATE_REFUSED = "CreateRefused"  # the same for a Service, ConfigMap, Secret, NetworkPolicy or gang group
     GANG_SCHEDULING = "GangScheduling"  # the provider chosen (an event)
+    API_REQUEST_RETRIED = "APIRequestRetried"  # a pass the API server failed (429, 5xx, RBAC): retried (an event)
     # The job restarts (pods or the whole job recreated; counted toward backoffLimit).
     POD_FAILED = "PodFailed"
     POD_DELETED = "PodDeleted"

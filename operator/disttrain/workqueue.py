@@ -9,20 +9,21 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-import aiohttp
+from disttrain.retries import Explained, explain
 
 K = TypeVar("K", bound=Hashable)
 log = logging.getLogger(__name__)
-# Failures of the connection, not of our code: the API server restarted, paused or unreachable.
-TRANSIENT = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
 
 
 class WorkQueue(Generic[K]):
     def __init__(
         self, handle: Callable[[K], Awaitable[float | None]], workers: int = 8,
         base_delay: float = 0.2, max_delay: float = 60.0,
+        explain: Callable[[BaseException], Explained | None] = explain,
+        on_failure: Callable[[K, Explained], Awaitable[None]] | None = None,
     ) -> None:
         self._handle = handle
+        self._explain, self._on_failure = explain, on_failure
         self._workers = workers
         self._base_delay, self._max_delay = base_delay, max_delay
         self._queue: asyncio.Queue[K] = asyncio.Queue()
@@ -89,11 +90,15 @@ class WorkQueue(Generic[K]):
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
                 delay = min(self._max_delay, self._base_delay * 2 ** (failures - 1))
-                if isinstance(err, TRANSIENT):
-                    # The API server restarting or unreachable: one line, not a traceback (the
-                    # chaos outage tests read the log for tracebacks of real bugs).
-                    log.warning("reconciling %s failed (attempt %d): %s: %s; retrying in %.1fs", key, failures,
-                                type(err).__name__, err, delay)
+                explained = self._explain(err)
+                if explained is not None:
+                    # The API server's doing (restarting, throttling, refusing): one line, not a
+                    # traceback (the chaos tests read the log for tracebacks of real bugs).
+                    delay = max(delay, explained.wait_at_least)
+                    log.warning("reconciling %s failed (attempt %d): %s; retrying in %.1fs", key, failures,
+                                explained.what, delay)
+                    if self._on_failure is not None:
+                        await self._on_failure(key, explained)
                 else:
                     log.exception("reconciling %s failed (attempt %d); retrying in %.1fs", key, failures, delay)
                 self.add_after(key, delay)

@@ -86,3 +86,30 @@ def test_a_pod_the_api_cant_decode_is_invalid() -> None:
 def test_a_403_says_who_refused(body: bytes, said: str) -> None:
     with pytest.raises(Refused, match=f"^{re.escape(said)}"):
         create(403, body)
+
+
+@pytest.mark.parametrize(("code", "body", "headers", "said", "wait"), [
+    (429, status(429, "too many requests", "TooManyRequests"), {"Retry-After": "2"}, "throttled (429)", 2.0),
+    (500, status(500, "etcdserver: request timed out", "InternalError"), {}, "server error (500)", 0.0),
+    (403, status(403, 'pods "w" is forbidden: User "system:serviceaccount:x:y" cannot delete resource "pods"',
+                 "Forbidden"), {}, "forbidden by RBAC (403)", 0.0),
+    (429, status(429, "slow"), {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}, "throttled (429)", 0.0),
+])
+def test_a_failed_pass_is_explained_in_the_api_servers_words(code: int, body: bytes, headers: dict[str, str],
+                                                             said: str, wait: float) -> None:
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    from disttrain.retries import explain
+
+    err = ApiException(status=code)
+    err.body, err.headers = body, CIMultiDictProxy(CIMultiDict(headers))
+    explained = explain(err)
+    assert explained is not None and explained.what.startswith(said) and explained.wait_at_least == wait
+
+
+def test_an_object_the_api_server_found_invalid_is_not_explained_away() -> None:
+    from disttrain.retries import explain
+
+    err = ApiException(status=422)
+    err.body = INVALID_422
+    assert explain(err) is None and explain(KeyError("x")) is None

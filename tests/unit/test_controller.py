@@ -246,6 +246,32 @@ def test_a_pod_delete_that_fails_is_retried() -> None:
     run(scenario)
 
 
+def test_a_pass_the_api_server_failed_is_told_in_one_event_per_new_message() -> None:
+    """The rest of defect 4's class: a delete answered 429 or 500 was retried with a traceback in
+    the log and nothing on the job. Now the work queue hands the failure, explained, to the
+    controller: a Warning event in the API server's words, once per new message (again after 5
+    minutes); none when the API server could not be reached (nothing would take the event)."""
+    from disttrain.retries import Explained
+
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await h.run()
+        throttled = Explained("throttled (429): Too many requests, please try again later.", 1.0)
+        for _ in range(3):
+            await h.controller._retrying(KEY, throttled)
+        await h.controller._retrying(KEY, Explained("server error (500): etcdserver: leader changed"))
+        await h.controller._retrying(KEY, Explained("ClientConnectorError: refused", answered=False))
+        h.clock.advance(301)
+        await h.controller._retrying(KEY, throttled)
+        said = [(reason, message) for kind, reason, message in h.kube.events if reason == "APIRequestRetried"]
+        assert said == [
+            ("APIRequestRetried", "throttled (429): Too many requests, please try again later.; retrying with backoff"),
+            ("APIRequestRetried", "server error (500): etcdserver: leader changed; retrying with backoff"),
+            ("APIRequestRetried", "throttled (429): Too many requests, please try again later.; retrying with backoff"),
+        ]
+    run(scenario)
+
+
 def test_a_delete_whose_effect_never_shows_is_made_again() -> None:
     """Defect 1, second half: delete expectations expire as create ones do."""
     async def scenario() -> None:

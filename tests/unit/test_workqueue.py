@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from disttrain.workqueue import WorkQueue
 
 
@@ -89,3 +91,54 @@ def test_a_requeue_after_comes_back_and_the_earlier_timer_wins() -> None:
         await queue.stop()
         return handled
     assert asyncio.run(scenario()) == ["a", "a"]
+
+
+def test_a_throttled_pass_waits_its_retry_after_and_logs_the_api_servers_words_not_a_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A 429 on a delete (issue 21, chaos through the fault proxy): the retry waits at least the
+    Retry-After the API server asked for, and the log line names it, with no traceback."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        times: list[float] = []
+
+        async def handle(key: str) -> None:
+            times.append(loop.time())
+            if len(times) == 1:
+                err = ApiException(status=429, reason="Too Many Requests")
+                err.body = b'{"kind":"Status","code":429,"reason":"TooManyRequests","message":"slow down"}'
+                err.headers = CIMultiDictProxy(CIMultiDict({"Retry-After": "0.3"}))
+                raise err
+        queue: WorkQueue[str] = WorkQueue(handle, workers=1, base_delay=0.01)
+        queue.add("a")
+        queue.start()
+        while len(times) < 2:
+            await asyncio.sleep(0.01)
+        await queue.stop()
+        return times
+    times = asyncio.run(scenario())
+    assert times[1] - times[0] >= 0.3
+    [record] = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert "throttled (429): slow down" in record.getMessage() and record.exc_info is None
+
+
+def test_a_bug_keeps_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        calls = 0
+
+        async def handle(key: str) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise KeyError("metadata")
+        queue: WorkQueue[str] = WorkQueue(handle, workers=1, base_delay=0.01)
+        queue.add("a")
+        queue.start()
+        while calls < 2:
+            await asyncio.sleep(0.01)
+        await queue.stop()
+    asyncio.run(scenario())
+    [record] = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert record.exc_info is not None
