@@ -54,23 +54,28 @@ def test_one_key_is_never_handled_twice_at_once_and_runs_again_if_queued_meanwhi
     assert calls == 2, "queued twice while handled: handled once more, not twice"
 
 
-def test_failures_retry_with_growing_delays_and_success_resets_them() -> None:
+def times_handled(failures: list[Exception], base_delay: float) -> list[float]:
+    """When a key was handled by a queue whose handler raises each of `failures` in turn, then succeeds."""
     async def scenario() -> list[float]:
         loop = asyncio.get_running_loop()
         times: list[float] = []
 
         async def handle(key: str) -> None:
             times.append(loop.time())
-            if len(times) < 4:
-                raise RuntimeError("API server unavailable")
-        queue: WorkQueue[str] = WorkQueue(handle, workers=1, base_delay=0.02)
+            if len(times) <= len(failures):
+                raise failures[len(times) - 1]
+        queue: WorkQueue[str] = WorkQueue(handle, workers=1, base_delay=base_delay)
         queue.add("a")
         queue.start()
-        while len(times) < 4:
+        while len(times) <= len(failures):
             await asyncio.sleep(0.01)
         await queue.stop()
         return times
-    times = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_failures_retry_with_growing_delays_and_success_resets_them() -> None:
+    times = times_handled([RuntimeError("API server unavailable")] * 3, base_delay=0.02)
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert gaps[0] >= 0.02 and gaps[1] >= 0.04 and gaps[2] >= 0.08, gaps
 
@@ -100,45 +105,16 @@ def test_a_throttled_pass_waits_its_retry_after_and_logs_the_api_servers_words_n
     from kubernetes_asyncio.client.exceptions import ApiException
     from multidict import CIMultiDict, CIMultiDictProxy
 
-    async def scenario() -> list[float]:
-        loop = asyncio.get_running_loop()
-        times: list[float] = []
-
-        async def handle(key: str) -> None:
-            times.append(loop.time())
-            if len(times) == 1:
-                err = ApiException(status=429, reason="Too Many Requests")
-                err.body = b'{"kind":"Status","code":429,"reason":"TooManyRequests","message":"slow down"}'
-                err.headers = CIMultiDictProxy(CIMultiDict({"Retry-After": "0.3"}))
-                raise err
-        queue: WorkQueue[str] = WorkQueue(handle, workers=1, base_delay=0.01)
-        queue.add("a")
-        queue.start()
-        while len(times) < 2:
-            await asyncio.sleep(0.01)
-        await queue.stop()
-        return times
-    times = asyncio.run(scenario())
+    err = ApiException(status=429, reason="Too Many Requests")
+    err.body = b'{"kind":"Status","code":429,"reason":"TooManyRequests","message":"slow down"}'
+    err.headers = CIMultiDictProxy(CIMultiDict({"Retry-After": "0.3"}))
+    times = times_handled([err], base_delay=0.01)
     assert times[1] - times[0] >= 0.3
     [record] = [r for r in caplog.records if "failed" in r.getMessage()]
     assert "throttled (429): slow down" in record.getMessage() and record.exc_info is None
 
 
 def test_a_bug_keeps_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
-    async def scenario() -> None:
-        calls = 0
-
-        async def handle(key: str) -> None:
-            nonlocal calls
-            calls += 1
-            if calls == 1:
-                raise KeyError("metadata")
-        queue: WorkQueue[str] = WorkQueue(handle, workers=1, base_delay=0.01)
-        queue.add("a")
-        queue.start()
-        while calls < 2:
-            await asyncio.sleep(0.01)
-        await queue.stop()
-    asyncio.run(scenario())
+    times_handled([KeyError("metadata")], base_delay=0.01)
     [record] = [r for r in caplog.records if "failed" in r.getMessage()]
     assert record.exc_info is not None
