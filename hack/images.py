@@ -190,6 +190,9 @@ def build(image: Image, base_key: str) -> None:
     archive.unlink(missing_ok=True)
     sh(*BUILDAH, "push", "--quiet", "--format", "oci", "--disable-compression", image.ref,
        f"oci-archive:{archive}:{image.ref}")
+    # The archive is the image from now on: buildah's copy (2 GiB for Horovod) would only double
+    # the disk a clone needs (the base stays: the next build starts FROM it).
+    sh(*BUILDAH, "rmi", image.ref, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sh(*BUILDAH, "rmi", "--prune", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     record(image.name, key, started)
 

@@ -28,6 +28,7 @@ class ErrorKind(enum.StrEnum):
     NAMESPACE_TERMINATING = "refused: the namespace is being deleted"  # teardown.py waits it out
     RBAC = "forbidden by RBAC"  # the operator's own permissions
     CONFLICT = "conflict"
+    NOT_FOUND = "not found"  # 404: gone meanwhile (the job deleted during its pass)
     EXISTS = "already exists"
     THROTTLED = "throttled"  # 429
     SERVER = "server error"  # 5xx, a timeout
@@ -80,6 +81,8 @@ def classify(code: int, body: Any, reason: str = "") -> APIError:
         return APIError(code, ErrorKind.INVALID, message)
     if code == 409:
         return APIError(code, ErrorKind.EXISTS if status_reason == "AlreadyExists" else ErrorKind.CONFLICT, message)
+    if code == 404:
+        return APIError(code, ErrorKind.NOT_FOUND, message)
     if code == 429:
         return APIError(code, ErrorKind.THROTTLED, message)
     if code >= 500 or code == 408:

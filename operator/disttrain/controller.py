@@ -277,7 +277,7 @@ class Controller:
         with backoff; the job's events say so, once per new message (again after 5 minutes)."""
         uid, last, now = self.uids.get(key), self.retried.get(key), self.clock.monotonic()
         told = last is not None and last[0] == failure.what and now - last[1] < 300
-        if not failure.answered or uid is None or told:
+        if not failure.tell_the_job or uid is None or told:
             return
         self.retried[key] = (failure.what, now)
         ref = JobRef(name=key[1], namespace=key[0], uid=uid)

@@ -25,17 +25,18 @@ _OURS = {ErrorKind.INVALID, ErrorKind.OTHER}  # the API server's answer to an ob
 class Explained:
     what: str  # for the log: the kind of failure and the API server's words
     wait_at_least: float = 0.0  # seconds: the API server's Retry-After
-    answered: bool = True  # the API server answered (False: it could not be reached)
+    tell_the_job: bool = True  # False: the API server unreachable (nothing would take an event), or the object gone
 
 
 def explain(err: BaseException) -> Explained | None:
     if isinstance(err, TRANSIENT):
-        return Explained(f"{type(err).__name__}: {err}", answered=False)
+        return Explained(f"{type(err).__name__}: {err}", tell_the_job=False)
     if isinstance(err, ApiException) and err.status:
         error = classify(err.status, err.body, err.reason or "")
         if error.kind in _OURS:
             return None
-        return Explained(error.describe(), _retry_after(err.headers.get("Retry-After") if err.headers else None))
+        return Explained(error.describe(), _retry_after(err.headers.get("Retry-After") if err.headers else None),
+                         tell_the_job=error.kind is not ErrorKind.NOT_FOUND)
     return None
 
 

@@ -107,6 +107,15 @@ def test_a_failed_pass_is_explained_in_the_api_servers_words(code: int, body: by
     assert explained is not None and explained.what.startswith(said) and explained.wait_at_least == wait
 
 
+def test_an_object_gone_meanwhile_is_said_in_the_log_but_not_told_to_the_job() -> None:
+    from disttrain.retries import explain
+
+    err = ApiException(status=404)
+    err.body = status(404, 'disttrainjobs.disttrain.dev "mnist" not found', "NotFound")
+    explained = explain(err)
+    assert explained is not None and explained.what.startswith("not found (404)") and not explained.tell_the_job
+
+
 def test_an_object_the_api_server_found_invalid_is_not_explained_away() -> None:
     from disttrain.retries import explain
 

@@ -260,7 +260,7 @@ def test_a_pass_the_api_server_failed_is_told_in_one_event_per_new_message() -> 
         for _ in range(3):
             await h.controller._retrying(KEY, throttled)
         await h.controller._retrying(KEY, Explained("server error (500): etcdserver: leader changed"))
-        await h.controller._retrying(KEY, Explained("ClientConnectorError: refused", answered=False))
+        await h.controller._retrying(KEY, Explained("ClientConnectorError: refused", tell_the_job=False))
         h.clock.advance(301)
         await h.controller._retrying(KEY, throttled)
         said = [(reason, message) for kind, reason, message in h.kube.events if reason == "APIRequestRetried"]
