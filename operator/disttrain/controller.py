@@ -32,6 +32,7 @@ from disttrain.reasons import REFUSED, Reason
 from disttrain.reconcile import reconcile
 from disttrain.retries import Explained
 from disttrain.spec import SpecError, parse_spec
+from disttrain.ssh_keys import generate_ssh_keys
 from disttrain.status import Phase, enter_phase, timestamp
 from disttrain.teardown import Namespaces, NamespaceTerminating
 from disttrain.tombstones import RESYNC_SECONDS, Tombstones, resync_forever
@@ -112,7 +113,7 @@ class Controller:
             # Kept while the job lives: its Secret is made once, but a plan that creates pods
             # always carries the supporting objects (created only if we haven't yet).
             if ref.uid not in self.ssh_keys:
-                self.ssh_keys[ref.uid] = mpi.generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
+                self.ssh_keys[ref.uid] = generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
         job = await self.groups.observe(job)
         job = await self.queues.observe(job, meta.get("labels") or {}, self._workloads.get(key, ()))

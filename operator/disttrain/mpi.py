@@ -10,9 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
-
 from disttrain.naming import job_labels, pod_fqdn
 from disttrain.objects import JobRef, PodKey, object_meta
 from disttrain.pods import add_volumes
@@ -43,16 +40,6 @@ def sshd_startup_probe() -> dict[str, Any]:
 class SSHKeys:
     private: str  # OpenSSH private key format
     public: str  # "ssh-ed25519 AAAA... comment"
-
-
-def generate_ssh_keys(comment: str) -> SSHKeys:
-    """A fresh key pair for one job (impure: the controller calls it once per job)."""
-    key = ed25519.Ed25519PrivateKey.generate()
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                serialization.NoEncryption()).decode()
-    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                           serialization.PublicFormat.OpenSSH).decode()
-    return SSHKeys(private=private, public=f"{public} {comment}")
 
 
 def config_map_name(job: str) -> str:

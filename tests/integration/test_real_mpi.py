@@ -41,6 +41,7 @@ from disttrain.desired import job_pod, supporting_objects
 from disttrain.naming import pod_fqdn, pod_name
 from disttrain.objects import JobRef, PodKey
 from disttrain.spec import parse_spec
+from disttrain.ssh_keys import generate_ssh_keys
 
 pytestmark = pytest.mark.mpi
 
@@ -122,7 +123,7 @@ def generate_job() -> GeneratedJob:
         "worker": {"replicas": WORKERS, "template": {"spec": {"containers": [container]}}},
     }})
     ref = JobRef(JOB, NAMESPACE, "0000-test")
-    objects = {o["kind"]: o for o in supporting_objects(ref, spec, mpi.generate_ssh_keys(f"{JOB}-test"),
+    objects = {o["kind"]: o for o in supporting_objects(ref, spec, generate_ssh_keys(f"{JOB}-test"),
                                                         range(WORKERS))}
     keys = [PodKey("launcher", 0)] + [PodKey("worker", i) for i in range(WORKERS)]
     pods = {pod["metadata"]["name"]: pod for pod in (job_pod(ref, spec, key) for key in keys)}

@@ -12,12 +12,12 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from disttrain.mpi import generate_ssh_keys
 from disttrain.objects import JobRef
 from disttrain.observed import ObservedPod
 from disttrain.passes import JobState
 from disttrain.reconcile import reconcile
 from disttrain.spec import JobSpec, SpecError, parse_spec
+from disttrain.ssh_keys import generate_ssh_keys
 from disttrain.status import Phase
 from jobfuzz import specs
 

@@ -12,6 +12,7 @@ from disttrain import mpi
 from disttrain.desired import job_pod, supporting_objects
 from disttrain.objects import JobRef, PodKey
 from disttrain.spec import MPISpec, parse_spec
+from disttrain.ssh_keys import generate_ssh_keys
 
 REF = JobRef("hvd", "ml", "uid-9")
 
@@ -77,14 +78,14 @@ def test_discover_hosts_lists_running_workers_and_runs(tmp_path: Any) -> None:
 
 
 def test_secret_holds_a_usable_key_pair() -> None:
-    keys = mpi.generate_ssh_keys("disttrain/ml/hvd")
+    keys = generate_ssh_keys("disttrain/ml/hvd")
     secret = mpi.desired_secret(REF, mpi_spec(), keys)
     data = secret["stringData"]
     private = serialization.load_ssh_private_key(data["id_ed25519"].encode(), password=None)
     public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     assert data["authorized_keys"].startswith(public.decode())
     assert "IdentityFile /root/.ssh/id_ed25519" in data["config"]
-    assert keys != mpi.generate_ssh_keys("disttrain/ml/hvd"), "a fresh pair per job"
+    assert keys != generate_ssh_keys("disttrain/ml/hvd"), "a fresh pair per job"
 
 
 def test_pods_get_ssh_config_and_sshd() -> None:
@@ -103,7 +104,7 @@ def test_pods_get_ssh_config_and_sshd() -> None:
     assert "resources" not in launcher["spec"]["containers"][0], "the launcher asks for no GPU"
     mounts = {m["mountPath"] for m in launcher["spec"]["containers"][0]["volumeMounts"]}
     assert mounts == {"/root/.ssh", "/etc/mpi"}
-    kinds = [o["kind"] for o in supporting_objects(REF, spec, mpi.generate_ssh_keys("x"), [])]
+    kinds = [o["kind"] for o in supporting_objects(REF, spec, generate_ssh_keys("x"), [])]
     assert kinds == ["Service", "ConfigMap", "Secret"]
 
 
