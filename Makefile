@@ -31,7 +31,7 @@ $(VENV_STAMP): pyproject.toml
 	hack/ensure-system.sh
 	rm -rf $(VENV) && $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[operator,dev]'
 	touch $@
 
 venv: $(VENV_STAMP) ## the dev virtualenv (.cache/venv)

@@ -66,22 +66,39 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args)
 
 
+def _missing_operator_dependency() -> str | None:
+    import importlib.util
+
+    return next((m for m in ("kopf", "kubernetes_asyncio", "cryptography", "prometheus_client")
+                 if importlib.util.find_spec(m) is None), None)
+
+
+def _configure_logging(verbose: bool) -> None:
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        # kopf logs every handled event at INFO: at thousands of pods that is the whole log.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe
+
+
 def _run(args: argparse.Namespace) -> int:
     import logging
     import secrets
     import socket
 
+    if missing := _missing_operator_dependency():  # the light install: the client and `logs`/`render` only
+        print(f"disttrain run needs the operator's dependencies ({missing} is missing): "
+              "pip install 'disttrain[operator]'", file=sys.stderr)
+        return 1
     import kopf
     import prometheus_client
 
     import disttrain.handlers  # noqa: F401  (registers the handlers)
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.verbose:
-        # kopf logs every handled event at INFO: at thousands of pods that is the whole log.
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe
+    _configure_logging(args.verbose)
     import asyncio
 
     from disttrain.preflight import check_kubernetes_version
