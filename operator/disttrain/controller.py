@@ -133,8 +133,9 @@ class Controller:
 
     def _forget(self, key: JobKey) -> None:
         """The job is gone: drop everything remembered for it."""
-        for memory in (self.expectations, self.statuses, self.refusals, self.retried, self.tombstones.final):
+        for memory in (self.expectations, self.statuses, self.refusals, self.retried):
             memory.pop(key, None)
+        self.tombstones.forget(key)
         self.queue.forget(key)
         uid = self.uids.pop(key, None)
         if uid is not None:

@@ -119,8 +119,7 @@ def report(p: Pass) -> None:
         return
     ready = {pod.name for pod in p.live if pod.ready or pod.phase == "Succeeded"}
     wanted = queueing.pods_ready_condition(workload, all(name in ready for name in p.wanted))
-    current = workload.conditions.get("PodsReady") or {}
-    if wanted is not None and (current.get("status"), current.get("reason")) != wanted[:2]:
+    if wanted is not None:
         p.plan.workload.append(WorkloadOp("condition", workload.name, queueing.condition(
             "PodsReady", wanted[0] == "True", wanted[1], wanted[2], now)))
 

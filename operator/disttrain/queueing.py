@@ -176,10 +176,16 @@ READY = "All pods reached readiness and the workload is running"
 def pods_ready_condition(workload: ObservedWorkload, all_ready: bool) -> tuple[str, str, str] | None:
     """(status, reason, message) of the PodsReady condition the Workload should carry, as Kueue's
     own integrations set it: without it going False, waitForPodsReady's timeout and recovery never
-    fire for a job that lost a pod or was evicted. None while it has none and the pods aren't ready."""
+    fire for a job that lost a pod or was evicted. None when there is nothing to write: it carries
+    that status and reason already, or it has none and the pods aren't ready."""
     current = workload.conditions.get("PodsReady") or {}
     if not current and not all_ready:
         return None  # absent reads as not ready to Kueue (its timeout counts from admission): no write
+    wanted = _pods_ready(workload, all_ready, current)
+    return None if (current.get("status"), current.get("reason")) == wanted[:2] else wanted
+
+
+def _pods_ready(workload: ObservedWorkload, all_ready: bool, current: Mapping[str, Any]) -> tuple[str, str, str]:
     if not workload.admitted or workload.true("Evicted"):
         return "False", "WaitForStart", NOT_READY
     if all_ready:

@@ -118,7 +118,7 @@ def succeed(p: Pass) -> bool:
 def judged_failures(p: Pass) -> list[ObservedPod]:
     """The failed pods (`Pass.failed`) to judge now. An MPI launcher's failure is its workers' when one of them
     failed or is going too, and a synchronous job's pod that ended by its own verdict is a killed peer's
-    when one was; each waits a moment for theirs otherwise (failure.LAUNCHER_GRACE)."""
+    when one was; each waits a moment for theirs otherwise (failure.PEER_GRACE)."""
     judged = []
     for pod in p.failed:
         if failure.caused_by_a_peer(p.spec, pod, p.own):

@@ -16,11 +16,13 @@ from disttrain.reasons import Reason
 from disttrain.spec import JobSpec, ReplicaType, RestartPolicy, RestartScope
 from disttrain.status import parse_timestamp
 
-# How long a failed MPI launcher waits to be judged on its own. mpirun exits the moment a rank's
-# connection drops; the worker whose death caused it is reported by the kubelet as a pod of its
-# own, in the same relist (about a second) or the next, so either pod's update may reach us first.
-# (tests/e2e: a Horovod worker's sshd SIGKILLed; the job must restart, not fail on mpirun's exit 1.)
-LAUNCHER_GRACE = datetime.timedelta(seconds=5)
+# How long a failed MPI launcher, or a synchronous job's pod that failed by its own verdict, waits
+# to be judged on its own (grace_left). mpirun exits the moment a rank's connection drops; the
+# worker whose death caused it is reported by the kubelet as a pod of its own, in the same relist
+# (about a second) or the next, so either pod's update may reach us first. (tests/e2e: a Horovod
+# worker's sshd SIGKILLed; the job must restart, not fail on mpirun's exit 1. The same for a
+# MultiWorkerMirrored peer's exit 1 after a worker's SIGKILL.)
+PEER_GRACE = datetime.timedelta(seconds=5)
 
 
 def is_retryable(policy: RestartPolicy, exit_code: int | None) -> bool:
@@ -71,7 +73,7 @@ def grace_left(spec: JobSpec, pod: ObservedPod, now: datetime.datetime) -> float
         spec.run_policy.restart_scope is RestartScope.JOB and _own_verdict(spec, pod)
         and sum(r.replicas for r in spec.replicas.values()) > 1)
     finished = parse_timestamp(pod.finished_at) if waits else None
-    return 0.0 if finished is None else max(0.0, (finished + LAUNCHER_GRACE - now).total_seconds())
+    return 0.0 if finished is None else max(0.0, (finished + PEER_GRACE - now).total_seconds())
 
 
 def describe_failure(pod: ObservedPod) -> str:
