@@ -40,7 +40,7 @@ from disttrain.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]  # (namespace, name)
-# kopf's indexes: each key maps to the values its objects contributed (one job body; the pods).
+# kopf's indexes (each key maps to the values its objects contributed: one job body), and the pod watch's.
 JobIndex = Mapping[JobKey, Iterable[Mapping[str, Any]]]
 PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
 WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
@@ -71,10 +71,12 @@ class Controller:
         self.tombstones = Tombstones()
         self._resyncs: asyncio.Task[None] | None = None
 
-    def bind(self, jobs: JobIndex, pods: PodIndex, workloads: WorkloadIndex | None = None) -> None:
-        self._jobs, self._pods = jobs, pods
-        if workloads is not None:
-            self._workloads = workloads
+    def bind(self, jobs: JobIndex | None = None, pods: PodIndex | None = None,
+             workloads: WorkloadIndex | None = None) -> None:
+        """The indexes reconciling reads: kopf's (jobs, workloads), the pod watch's (pods)."""
+        self._jobs = self._jobs if jobs is None else jobs
+        self._pods = self._pods if pods is None else pods
+        self._workloads = self._workloads if workloads is None else workloads
 
     def start(self) -> None:
         self.queue.start()

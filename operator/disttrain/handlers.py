@@ -1,31 +1,32 @@
-"""kopf wiring, kept thin: index jobs and pods, queue a job on any event of it or its pods,
-and let the Controller reconcile. No change-detecting handlers: kopf then writes nothing to
-our objects (no progress or last-handled annotations), so every API write is the operator's."""
+"""kopf wiring, kept thin: index jobs and Kueue's Workloads, queue a job on any event of it, and
+let the Controller reconcile. Pods come through our own watch (podwatch.py), not kopf's. No
+change-detecting handlers: kopf then writes nothing to our objects (no progress or last-handled
+annotations), so every API write is the operator's."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from disttrain import metrics
-from disttrain.constants import GROUP, JOB_NAME_LABEL, KIND, PLURAL, VERSION
+from disttrain import credentials, metrics
+from disttrain.constants import GROUP, JOB_NAME_LABEL, PLURAL, VERSION
 from disttrain.controller import Controller, JobKey
-from disttrain.kube import Kube, new_api_client
-from disttrain.objects import controller_of
-from disttrain.observed import ObservedPod, observe_pod
+from disttrain.kube import Kube
+from disttrain.podwatch import PodWatch, exact_names
 from disttrain.queueing import ObservedWorkload, observe_workload
+from disttrain.rest import Rest
 from disttrain.tombstones import RESYNC_SECONDS
 
 
-def controlled_by_its_job(body: kopf.Body, **_: Any) -> bool:
-    """A pod controlled by a DistTrainJob of the name its job-name label gives: this job's, or an
-    earlier one's of the same name (told apart by UID when reconciling)."""
-    ref = controller_of(body.get("metadata") or {})
-    return (ref is not None and ref.get("kind") == KIND and str(ref.get("apiVersion", "")).startswith(GROUP)
-            and ref.get("name") == (body.get("metadata", {}).get("labels") or {}).get(JOB_NAME_LABEL))
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf's own login, registered as ours: without a handler kopf logs in through the Kubernetes
+    client library (credentials.py says why we don't load it)."""
+    return credentials.login()
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -52,15 +53,25 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     settings.networking.request_timeout = 60
     # The CRD is there (wait_for_crd, before kopf starts) and the namespaces are given by name:
     # no scan of namespaces or resources, so no request the namespaced chart's Roles refuse.
-    settings.scanning.disabled = bool(memo.get("exact_namespaces"))
-    controller = Controller(Kube(await new_api_client()), workers=int(memo.get("workers", 16)),
+    settings.scanning.disabled = exact_names(memo.get("namespaces") or ())
+    rest = Rest(credentials.login)
+    controller = Controller(Kube(rest), workers=int(memo.get("workers", 16)),
                             resync_seconds=float(memo.get("resync_seconds", RESYNC_SECONDS)))
+    pods = PodWatch(rest, memo.get("namespaces") or (), changed=controller.queue.add,
+                    deleted=controller.tombstones.pod_deleted)
+    controller.bind(pods=pods.view)
+    memo["controller"], memo["pod_watch"] = controller, asyncio.create_task(pods.run(), name="pod watch")
+    # No job is reconciled before its pods are known: against an empty index it would make them again.
+    await pods.synced.wait()
     controller.start()
-    memo["controller"] = controller
 
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
+    watch: asyncio.Task[None] | None = memo.get("pod_watch")
+    if watch is not None:
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
     controller: Controller | None = memo.get("controller")
     if controller is not None:
         await controller.stop()
@@ -74,12 +85,6 @@ async def jobs_by_key(namespace: str, name: str, body: kopf.Body, **_: Any) -> d
     # A plain copy: kopf's Body is a live view of the latest event.
     return {(namespace, name): {"metadata": dict(body.metadata), "spec": dict(body.spec),
                                 "status": dict(body.status)}}
-
-
-@kopf.index("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=controlled_by_its_job)
-async def pods_by_job(namespace: str, labels: Mapping[str, str], body: kopf.Body,
-                      **_: Any) -> dict[JobKey, ObservedPod]:
-    return {(namespace, labels[JOB_NAME_LABEL]): observe_pod(body)}
 
 
 # Kueue's Workloads of queued jobs (queueing.py). kopf watches the resource only once a cluster
@@ -96,7 +101,7 @@ async def workloads_by_job(namespace: str, labels: Mapping[str, str], body: kopf
 def _queue(memo: kopf.Memo, key: JobKey, indexes: Mapping[str, kopf.Index[Any, Any]]) -> None:
     controller: Controller = memo["controller"]
     # kopf hands the indexes to handlers only; the controller reads them when it reconciles.
-    controller.bind(indexes["jobs_by_key"], indexes["pods_by_job"], indexes["workloads_by_job"])
+    controller.bind(indexes["jobs_by_key"], workloads=indexes["workloads_by_job"])
     controller.queue.add(key)
 
 
@@ -104,13 +109,6 @@ def _queue(memo: kopf.Memo, key: JobKey, indexes: Mapping[str, kopf.Index[Any, A
 async def job_event(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     metrics.JOB_GAUGES.observe(kwargs.get("type"), kwargs["body"])  # DELETED removes the job's series
     _queue(memo, (namespace, name), kwargs)
-
-
-@kopf.on.event("", "v1", "pods", labels={JOB_NAME_LABEL: kopf.PRESENT}, when=controlled_by_its_job)
-async def pod_event(namespace: str, labels: Mapping[str, str], memo: kopf.Memo, **kwargs: Any) -> None:
-    if kwargs.get("type") == "DELETED":  # its final state may say why it went (tombstones.py)
-        memo["controller"].tombstones.pod_deleted((namespace, labels[JOB_NAME_LABEL]), observe_pod(kwargs["body"]))
-    _queue(memo, (namespace, labels[JOB_NAME_LABEL]), kwargs)
 
 
 @kopf.on.event(*KUEUE, labels={JOB_NAME_LABEL: kopf.PRESENT})

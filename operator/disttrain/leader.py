@@ -15,17 +15,16 @@ import datetime
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from disttrain.clock import Clock, SystemClock
-from disttrain.kube import new_api_client
+from disttrain.rest import ApiError, Endpoint, Rest, path
 from disttrain.retries import TRANSIENT
 
 log = logging.getLogger(__name__)
 MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
+LEASES = "coordination.k8s.io/v1"
 
 
 class LeaseAPI(Protocol):
@@ -40,34 +39,32 @@ class CoordinationLeases:
     """LeaseAPI over the coordination.k8s.io/v1 API: False from a write means another replica
     wrote first (409)."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
-        self.api: Any = client.CoordinationV1Api(api_client)
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
 
     async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            lease = await self.api.read_namespaced_lease(name, namespace)
-        except ApiException as err:
+            lease: dict[str, Any] = await self.rest.request("GET", path(LEASES, "leases", namespace, name))
+        except ApiError as err:
             if err.status == 404:
                 return None
             raise
-        body: dict[str, Any] = self.api.api_client.sanitize_for_serialization(lease)
-        return body
+        return lease
 
     async def create(self, namespace: str, body: dict[str, Any]) -> bool:
-        return await _unless_conflict(self.api.create_namespaced_lease(namespace, body))
+        return await self._unless_conflict("POST", path(LEASES, "leases", namespace), body)
 
     async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
-        return await _unless_conflict(self.api.replace_namespaced_lease(name, namespace, body))
+        return await self._unless_conflict("PUT", path(LEASES, "leases", namespace, name), body)
 
-
-async def _unless_conflict(call: Any) -> bool:
-    try:
-        await call
-    except ApiException as err:
-        if err.status == 409:
-            return False
-        raise
-    return True
+    async def _unless_conflict(self, method: str, url_path: str, body: dict[str, Any]) -> bool:
+        try:
+            await self.rest.request(method, url_path, body=body)
+        except ApiError as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
 
 
 def _micro(moment: datetime.datetime) -> str:
@@ -133,8 +130,8 @@ class LeaseElector:
                 if await self.try_hold(leases):
                     log.info("became the leader (Lease %s/%s) as %s", self.namespace, self.name, self.identity)
                     return
-            except ApiException as err:
-                log.warning("leader election: %s", err.reason)
+            except ApiError as err:
+                log.warning("leader election: %s", err)
             except TRANSIENT as err:  # the API server restarting or unreachable: a standby waits it out
                 log.warning("leader election: %s: %s", type(err).__name__, err)
             if not announced:
@@ -171,15 +168,15 @@ class LeaseElector:
                 return
 
 
-def lead(namespace: str, name: str, identity: str, duration: int = 15) -> None:
+def lead(namespace: str, name: str, identity: str, login: Callable[[], Endpoint], duration: int = 15) -> None:
     """Block until this process holds the Lease, then keep it renewed from a daemon thread, which
     ends the process the moment the Lease is lost: nothing graceful, another replica may
     already be acting."""
     elector = LeaseElector(namespace, name, identity, duration)
 
     async def run(step: str) -> None:
-        async with await new_api_client(4) as api_client:
-            leases = CoordinationLeases(api_client)
+        async with Rest(login, max_connections=4) as rest:
+            leases = CoordinationLeases(rest)
             await (elector.acquire(leases) if step == "acquire" else elector.keep(leases))
 
     asyncio.run(run("acquire"))

@@ -1,11 +1,13 @@
 """What the operator keeps of a pod: the few facts reconciling needs.
 
-Pods are indexed in memory (10,000 of them in the scale benchmark), so the index holds these
-small frozen records rather than whole pod bodies.
+Pods are held in memory (10,000 of them in the scale benchmark), so the watch holds these
+small frozen records rather than whole pod bodies: slots, and the strings many pods share
+(their job's UID, replica type, phase) interned. Measured in `make bench`: bytes per pod held.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +16,7 @@ from disttrain.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from disttrain.objects import PodKey, controller_uid
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObservedPod:
     name: str
     uid: str
@@ -82,10 +84,10 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
     return ObservedPod(
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
-        owner_uid=controller_uid(meta),
-        replica_type=labels.get(REPLICA_TYPE_LABEL, ""),
+        owner_uid=sys.intern(controller_uid(meta)),
+        replica_type=sys.intern(labels.get(REPLICA_TYPE_LABEL, "")),
         index=index,
-        phase=status.get("phase") or "Pending",
+        phase=sys.intern(status.get("phase") or "Pending"),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
         terminating=meta.get("deletionTimestamp") is not None,
         exit_code=exit_code,

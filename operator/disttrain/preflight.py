@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from disttrain.constants import GROUP, PLURAL, VERSION
-from disttrain.kube import new_api_client
+from disttrain.rest import ApiError, Endpoint, Rest
 
 MINIMUM = (1, 30)
 
@@ -42,25 +39,25 @@ def version_problem(info: Mapping[str, str]) -> str | None:
             f"server-side apply); this API server runs {info.get('gitVersion') or '.'.join(map(str, version))}")
 
 
-async def check_kubernetes_version() -> str | None:
+async def check_kubernetes_version(login: Callable[[], Endpoint]) -> str | None:
     """Ask the API server its version: the problem, if it is too old."""
-    async with await new_api_client(1) as api_client:
-        info = await client.VersionApi(api_client).get_code()
-    return version_problem({"major": info.major, "minor": info.minor, "gitVersion": info.git_version})
+    async with Rest(login, max_connections=1) as rest:
+        info = await rest.request("GET", "/version")
+    return version_problem(info)
 
 
-async def wait_for_crd(log: Any, interval: float = 1.0) -> None:
+async def wait_for_crd(log: Any, login: Callable[[], Endpoint], interval: float = 1.0) -> None:
     """Until the API server serves DistTrainJobs. kopf resolves its resources when it starts and
     did not pick up a CRD that became established a moment later (seen: an operator started right
     after `kubectl apply` of the CRD never reconciled a job)."""
-    async with await new_api_client(2) as api_client:
+    async with Rest(login, max_connections=2) as rest:
         said = False
         while True:
             try:
-                found = await client.CustomObjectsApi(api_client).get_api_resources(GROUP, VERSION)
-                if any(r.name == PLURAL for r in found.resources):
+                found = await rest.request("GET", f"/apis/{GROUP}/{VERSION}")
+                if any(r.get("name") == PLURAL for r in found.get("resources") or ()):
                     return
-            except ApiException as err:
+            except ApiError as err:
                 if err.status not in (403, 404, 503):
                     raise
             if not said:

@@ -12,9 +12,9 @@ import asyncio
 from dataclasses import dataclass
 
 import aiohttp
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from disttrain.api_errors import ErrorKind, classify
+from disttrain.rest import ApiError
 
 # Failures of the connection, not of our code: the API server restarted, paused or unreachable.
 TRANSIENT = (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError)
@@ -31,11 +31,11 @@ class Explained:
 def explain(err: BaseException) -> Explained | None:
     if isinstance(err, TRANSIENT):
         return Explained(f"{type(err).__name__}: {err}", tell_the_job=False)
-    if isinstance(err, ApiException) and err.status:
-        error = classify(err.status, err.body, err.reason or "")
+    if isinstance(err, ApiError):
+        error = classify(err.status, err.body, err.reason)
         if error.kind in _OURS:
             return None
-        return Explained(error.describe(), _retry_after(err.headers.get("Retry-After") if err.headers else None),
+        return Explained(error.describe(), _retry_after(err.headers.get("Retry-After")),
                          tell_the_job=error.kind is not ErrorKind.NOT_FOUND)
     return None
 

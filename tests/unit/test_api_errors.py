@@ -10,10 +10,10 @@ import re
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from disttrain.api_errors import ErrorKind, classify
 from disttrain.kube import Invalid, Kube, Refused
+from disttrain.rest import ApiError
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mnist-worker-0", "namespace": "ml"}}
 
@@ -50,21 +50,19 @@ def test_each_kind_is_told_apart(code: int, body: bytes, kind: ErrorKind) -> Non
     assert classify(code, body).kind is kind
 
 
-class Core:
-    """The one call Kube.create makes for a pod, answering with an API error."""
+class Answering:
+    """The one request Kube.create makes for a pod, answered with an API error."""
 
     def __init__(self, code: int, body: bytes) -> None:
         self.code, self.body = code, body
 
-    async def create_namespaced_pod(self, namespace: str, body: Any, **_: Any) -> Any:
-        err = ApiException(status=self.code, reason="")
-        err.body = self.body
-        raise err
+    async def request(self, method: str, url_path: str, **_: Any) -> Any:
+        assert (method, url_path) == ("POST", "/api/v1/namespaces/ml/pods")
+        raise ApiError(self.code, "", self.body)
 
 
 def create(code: int, body: bytes) -> None:
-    kube = Kube.__new__(Kube)
-    kube.core = Core(code, body)
+    kube = Kube(Answering(code, body))  # type: ignore[arg-type]
     asyncio.run(kube.create(POD))
 
 
@@ -97,12 +95,9 @@ def test_a_403_says_who_refused(body: bytes, said: str) -> None:
 ])
 def test_a_failed_pass_is_explained_in_the_api_servers_words(code: int, body: bytes, headers: dict[str, str],
                                                              said: str, wait: float) -> None:
-    from multidict import CIMultiDict, CIMultiDictProxy
-
     from disttrain.retries import explain
 
-    err = ApiException(status=code)
-    err.body, err.headers = body, CIMultiDictProxy(CIMultiDict(headers))
+    err = ApiError(code, "", body, headers)
     explained = explain(err)
     assert explained is not None and explained.what.startswith(said) and explained.wait_at_least == wait
 
@@ -110,8 +105,7 @@ def test_a_failed_pass_is_explained_in_the_api_servers_words(code: int, body: by
 def test_an_object_gone_meanwhile_is_said_in_the_log_but_not_told_to_the_job() -> None:
     from disttrain.retries import explain
 
-    err = ApiException(status=404)
-    err.body = status(404, 'disttrainjobs.disttrain.dev "mnist" not found', "NotFound")
+    err = ApiError(404, "Not Found", status(404, 'disttrainjobs.disttrain.dev "mnist" not found', "NotFound"))
     explained = explain(err)
     assert explained is not None and explained.what.startswith("not found (404)") and not explained.tell_the_job
 
@@ -119,6 +113,5 @@ def test_an_object_gone_meanwhile_is_said_in_the_log_but_not_told_to_the_job() -
 def test_an_object_the_api_server_found_invalid_is_not_explained_away() -> None:
     from disttrain.retries import explain
 
-    err = ApiException(status=422)
-    err.body = INVALID_422
+    err = ApiError(422, "Unprocessable Entity", INVALID_422)
     assert explain(err) is None and explain(KeyError("x")) is None

@@ -50,3 +50,12 @@ def test_pods_getting_ready_one_by_one_cost_one_write_after_the_phase() -> None:
         assert len(h.kube.statuses) == writes + 1 and h.status()["ready"] == "0/2"
     asyncio.run(scenario())
 
+
+
+def test_the_created_condition_is_progress_a_new_phase_is_not() -> None:
+    written = WrittenStatus("5", "6", {}, 100.0)
+    created = {"type": "Created", "status": "True", "reason": "PodsCreated"}
+    base = {"phase": "Pending", "conditions": []}
+    assert progress_wait(written, base, {**base, "conditions": [created]}, 100.2) is not None
+    running = {"type": "Running", "status": "True", "reason": "Running"}
+    assert progress_wait(written, base, {"phase": "Running", "conditions": [created, running]}, 100.2) is None

@@ -102,12 +102,10 @@ def test_a_throttled_pass_waits_its_retry_after_and_logs_the_api_servers_words_n
         caplog: pytest.LogCaptureFixture) -> None:
     """A 429 on a delete (issue 21, chaos through the fault proxy): the retry waits at least the
     Retry-After the API server asked for, and the log line names it, with no traceback."""
-    from kubernetes_asyncio.client.exceptions import ApiException
-    from multidict import CIMultiDict, CIMultiDictProxy
+    from disttrain.rest import ApiError
 
-    err = ApiException(status=429, reason="Too Many Requests")
-    err.body = b'{"kind":"Status","code":429,"reason":"TooManyRequests","message":"slow down"}'
-    err.headers = CIMultiDictProxy(CIMultiDict({"Retry-After": "0.3"}))
+    err = ApiError(429, "Too Many Requests", b'{"kind":"Status","code":429,"reason":"TooManyRequests",'
+                                             b'"message":"slow down"}', {"Retry-After": "0.3"})
     times = times_handled([err], base_delay=0.01)
     assert times[1] - times[0] >= 0.3
     [record] = [r for r in caplog.records if "failed" in r.getMessage()]
