@@ -256,6 +256,15 @@ class Bench:
               f"plain p50 {self.results['single']['plain']['p50'] * 1000:.0f} ms", flush=True)
         await asyncio.gather(*(self.drop(ns) for ns in spaces.values()))
 
+    async def after_burst(self, quiet: float = 45.0) -> None:
+        """The operator's RSS when the burst's jobs are gone, and once it has been quiet a while
+        (runtime/memory.py gives the burst's freed heap back after 20 s without work)."""
+        high = process_usage(self.operator_pid).rss_bytes / 2**20
+        await asyncio.sleep(quiet)
+        low = process_usage(self.operator_pid).rss_bytes / 2**20
+        self.results["after_burst"] = {"high_mb": high, "quiet_mb": low, "quiet_s": quiet}
+        print(f"  after the burst: RSS {high:.0f} MB, {quiet:.0f} s later {low:.0f} MB", flush=True)
+
     async def scale(self, steps: tuple[int, ...]) -> None:
         ns = await self.namespace("scale")
         probes = {side: await self.namespace(f"probe-{side[:2]}") for side in ("operator", "plain")}
@@ -330,6 +339,7 @@ async def run(cluster: LocalCluster, operator_pid: int, size: Size) -> dict[str,
         op_ns, plain_ns = await bench.burst(size.burst_jobs, size.burst_rounds)
         print("completion", flush=True)
         await bench.completion(op_ns, plain_ns, size.burst_jobs)
+        await bench.after_burst()
         print(f"scale: {' -> '.join(str(s * PODS_PER_JOB) for s in size.scale_steps)} pods held", flush=True)
         await bench.scale(size.scale_steps)
     finally:

@@ -6,7 +6,7 @@ Reads /openapi/v3/api/v1, inlines every $ref under io.k8s.api.core.v1.PodTemplat
 the result into a structural schema a CRD accepts: descriptions dropped (docs/api.md: the schema
 appears six times, ~290 KB each with them), int-or-string and quantities marked
 x-kubernetes-int-or-string, defaults and list-merge hints dropped (the pod's own API server
-applies them when the operator creates the pod). Writes operator/disttrain/schema/podtemplatespec.json;
+applies them when the operator creates the pod). Writes operator/disttrain/api/schema/podtemplatespec.json;
 `--check` exits 1 if that file differs from what the server says.
 """
 

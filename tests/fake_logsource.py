@@ -125,7 +125,7 @@ class FakeLogSource:
             if uid == gone["metadata"]["uid"]:
                 log.end()
 
-    # -- the API's side (disttrain.joblogs.LogSource) -----------------------------------------
+    # -- the API's side (disttrain.client.joblogs.LogSource) -----------------------------------------
 
     def job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         if self.deleted or (namespace, name) != (self.namespace, self.name):

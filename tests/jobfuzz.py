@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from disttrain.crd import job_schema
+from disttrain.api.crd import job_schema
 
 Schema = dict[str, Any]
 SPEC_SCHEMA: Schema = job_schema()["properties"]["spec"]

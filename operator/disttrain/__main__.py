@@ -48,12 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "crd":
-        from disttrain.crd import crd_yaml
+        from disttrain.api.crd import crd_yaml
 
         sys.stdout.write(crd_yaml())
         return 0
     if args.command == "render":
-        from disttrain.render import render
+        from disttrain.build.render import render
 
         text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
         sys.stdout.write(render(text))
@@ -110,13 +110,13 @@ def _run(args: argparse.Namespace) -> int:
     import kopf
     import prometheus_client
 
-    import disttrain.handlers  # noqa: F401  (registers the handlers)
+    import disttrain.watch.handlers  # noqa: F401  (registers the handlers)
 
     _configure_logging(args.verbose)
     import asyncio
 
-    from disttrain.credentials import login
-    from disttrain.preflight import check_kubernetes_version
+    from disttrain.apiserver.credentials import login
+    from disttrain.runtime.preflight import check_kubernetes_version
 
     # Before the Lease and the handlers: on too old a cluster, one clear line and exit 1.
     problem = asyncio.run(check_kubernetes_version(login))
@@ -127,10 +127,10 @@ def _run(args: argparse.Namespace) -> int:
         prometheus_client.start_http_server(args.metrics_port)
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(3)}"
     if args.leader_election:
-        from disttrain.leader import lead
+        from disttrain.runtime.leader import lead
 
         lead(args.leader_election_namespace, args.lease_name, identity, login, args.lease_duration)
-    from disttrain.preflight import wait_for_crd
+    from disttrain.runtime.preflight import wait_for_crd
 
     asyncio.run(wait_for_crd(logging.getLogger("disttrain"), login))
     memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds, namespaces=list(args.namespace))

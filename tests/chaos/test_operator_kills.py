@@ -18,11 +18,11 @@ import pytest
 from chaos_support import PodRecorder, tf_small
 from scripts import check_outcome, run_scripts, scripts
 
-from disttrain.objects import JobRef
-from disttrain.observed import observe_pod
-from disttrain.passes import JobState
-from disttrain.reconcile import reconcile
-from disttrain.spec import parse_spec
+from disttrain.api.objects import JobRef
+from disttrain.api.observed import observe_pod
+from disttrain.api.spec import parse_spec
+from disttrain.decide.passes import JobState
+from disttrain.decide.reconcile import reconcile
 from support import Cluster, OperatorProcess, wait_for, wait_pods_running
 
 

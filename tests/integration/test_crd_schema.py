@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from disttrain.crd import crd, crd_yaml
+from disttrain.api.crd import crd, crd_yaml
 from support import CRD_FILE, ROOT, Cluster
 
 

@@ -84,7 +84,7 @@ def exported_metric_names() -> set[str]:
     still declares its family)."""
     import prometheus_client
 
-    import disttrain.metrics  # noqa: F401  (registers them)
+    import disttrain.runtime.metrics  # noqa: F401  (registers them)
 
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
     return {family.name + suffix for family in prometheus_client.REGISTRY.collect()

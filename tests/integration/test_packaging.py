@@ -48,7 +48,7 @@ def test_the_light_install_is_the_client_logs_and_render(wheel: Path, tmp_path: 
     installed = sh(bin_ / "python", "-c", "import importlib.util as u, sys; print(','.join(m for m in sys.argv[1:] "
                    "if u.find_spec(m)))", *OPERATOR_ONLY).stdout.strip()
     assert installed == "", f"the light install brought in {installed}"
-    sh(bin_ / "python", "-c", "import disttrain.client, disttrain.joblogs, disttrain.render")
+    sh(bin_ / "python", "-c", "import disttrain.client, disttrain.client.joblogs, disttrain.build.render")
     rendered = sh(bin_ / "disttrain", "render", ROOT / "examples" / "horovod" / "job.yaml").stdout
     assert "kind: Secret" in rendered and "<a private key made for this job by the operator>" in rendered
     run = sh(bin_ / "disttrain", "run", check=False)
@@ -59,10 +59,10 @@ def test_the_light_install_is_the_client_logs_and_render(wheel: Path, tmp_path: 
 
 def test_the_operator_install_has_what_disttrain_run_needs(wheel: Path, tmp_path: Path) -> None:
     bin_ = venv(tmp_path / "operator", f"disttrain[operator] @ {wheel.as_uri()}")
-    sh(bin_ / "python", "-c", "import disttrain.handlers, disttrain.ssh_keys, kopf, prometheus_client")
+    sh(bin_ / "python", "-c", "import disttrain.watch.handlers, disttrain.control.ssh_keys, kopf, prometheus_client")
     # The operator's process loads no Kubernetes client library (rest.py, __main__.CLIENT_LIBRARIES).
     loaded = sh(bin_ / "python", "-c", "from disttrain.__main__ import _keep_client_libraries_out as keep; keep(); "
-                "import sys, disttrain.handlers; print(sorted({m.split('.')[0] for m in sys.modules "
+                "import sys, disttrain.watch.handlers; print(sorted({m.split('.')[0] for m in sys.modules "
                 "if m.startswith('kubernetes') and sys.modules[m] is not None}))").stdout.strip()
     assert loaded == "[]"
     assert sh(bin_ / "python", "-c", "import kubernetes_asyncio", check=False).returncode == 1

@@ -36,12 +36,12 @@ from typing import IO, Any
 
 import pytest
 
-from disttrain import mpi
-from disttrain.desired import job_pod, supporting_objects
-from disttrain.naming import pod_fqdn, pod_name
-from disttrain.objects import JobRef, PodKey
-from disttrain.spec import parse_spec
-from disttrain.ssh_keys import generate_ssh_keys
+from disttrain.api.objects import JobRef, PodKey
+from disttrain.api.spec import parse_spec
+from disttrain.build import mpi
+from disttrain.build.desired import job_pod, supporting_objects
+from disttrain.build.naming import pod_fqdn, pod_name
+from disttrain.control.ssh_keys import generate_ssh_keys
 
 pytestmark = pytest.mark.mpi
 

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from disttrain.kube import Conflict, Invalid, Refused
-from disttrain.observed import ObservedPod, observe_pod
-from disttrain.teardown import NamespaceTerminating
+from disttrain.api.observed import ObservedPod, observe_pod
+from disttrain.apiserver.kube import Conflict, Invalid, NamespaceTerminating, Refused
 
 START = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
 _uids = itertools.count(1)

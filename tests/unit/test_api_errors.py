@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from disttrain.api_errors import ErrorKind, classify
-from disttrain.kube import Invalid, Kube, Refused
-from disttrain.rest import ApiError
+from disttrain.apiserver.api_errors import ErrorKind, classify
+from disttrain.apiserver.kube import Invalid, Kube, Refused
+from disttrain.apiserver.rest import ApiError
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mnist-worker-0", "namespace": "ml"}}
 
@@ -95,7 +95,7 @@ def test_a_403_says_who_refused(body: bytes, said: str) -> None:
 ])
 def test_a_failed_pass_is_explained_in_the_api_servers_words(code: int, body: bytes, headers: dict[str, str],
                                                              said: str, wait: float) -> None:
-    from disttrain.retries import explain
+    from disttrain.apiserver.retries import explain
 
     err = ApiError(code, "", body, headers)
     explained = explain(err)
@@ -103,7 +103,7 @@ def test_a_failed_pass_is_explained_in_the_api_servers_words(code: int, body: by
 
 
 def test_an_object_gone_meanwhile_is_said_in_the_log_but_not_told_to_the_job() -> None:
-    from disttrain.retries import explain
+    from disttrain.apiserver.retries import explain
 
     err = ApiError(404, "Not Found", status(404, 'disttrainjobs.disttrain.dev "mnist" not found', "NotFound"))
     explained = explain(err)
@@ -111,7 +111,7 @@ def test_an_object_gone_meanwhile_is_said_in_the_log_but_not_told_to_the_job() -
 
 
 def test_an_object_the_api_server_found_invalid_is_not_explained_away() -> None:
-    from disttrain.retries import explain
+    from disttrain.apiserver.retries import explain
 
     err = ApiError(422, "Unprocessable Entity", INVALID_422)
     assert explain(err) is None and explain(KeyError("x")) is None

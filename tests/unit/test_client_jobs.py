@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from disttrain.api.crd import crd
+from disttrain.build.render import render_objects
 from disttrain.client import (
     MPI,
     CleanPodPolicy,
@@ -31,8 +33,6 @@ from disttrain.client import (
     TensorFlow,
 )
 from disttrain.client.jobs import NOT_IN_SCHEMA, camel
-from disttrain.crd import crd
-from disttrain.render import render_objects
 
 SCHEMA: dict[str, Any] = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 JSON_TYPES = {int: "integer", str: "string", bool: "boolean", dict: "object"}

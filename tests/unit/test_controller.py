@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from fakes import FakeClock, FakeKube
 
-from disttrain.controller import Controller
-from disttrain.expectations import CREATE_EXPECTATION_SECONDS
-from disttrain.observed import ObservedPod
+from disttrain.api.observed import ObservedPod
+from disttrain.control.controller import Controller
+from disttrain.control.expectations import CREATE_EXPECTATION_SECONDS
 from manifests import mpi_job, mwms_job
 
 KEY = ("ml", "mnist")
@@ -49,7 +49,7 @@ class Harness:
         return self.kube.statuses[-1]
 
     def controller_ref(self) -> Any:
-        from disttrain.objects import JobRef
+        from disttrain.api.objects import JobRef
 
         return JobRef("mnist", "ml", self.body["metadata"]["uid"])
 
@@ -251,7 +251,7 @@ def test_a_pass_the_api_server_failed_is_told_in_one_event_per_new_message() -> 
     the log and nothing on the job. Now the work queue hands the failure, explained, to the
     controller: a Warning event in the API server's words, once per new message (again after 5
     minutes); none when the API server could not be reached (nothing would take the event)."""
-    from disttrain.retries import Explained
+    from disttrain.apiserver.retries import Explained
 
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
@@ -367,7 +367,7 @@ def test_a_flavor_that_cant_be_read_holds_the_pods_not_the_pass() -> None:
     without the flavor's node labels, so they wait; the pass's other decisions go on."""
     from test_queueing import ADMITTED, workload
 
-    from disttrain.queueing import QUEUE_LABEL
+    from disttrain.decide.queueing import QUEUE_LABEL
 
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
@@ -403,7 +403,7 @@ def test_a_disrupted_pod_is_judged_the_same_when_its_deletion_arrives_first() ->
     that saw it judged it failed (restartPolicy Never fails the job). When the DELETED event came
     first the pod was simply gone: a retryable PodDeleted. The DELETED event's final state now
     says the same as the update it overtook."""
-    from disttrain.observed import observe_pod
+    from disttrain.api.observed import observe_pod
     from manifests import replica, tf_job
 
     async def scenario() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from disttrain import defaults
-from disttrain.crd import crd, crd_yaml
+from disttrain.api import defaults
+from disttrain.api.crd import crd, crd_yaml
 from support import CRD_FILE
 
 

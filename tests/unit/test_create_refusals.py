@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from test_controller import RUNNING, Harness, run
 
-from disttrain.create_refusals import FIRST_BACKOFF_SECONDS
+from disttrain.decide.create_refusals import FIRST_BACKOFF_SECONDS
 from manifests import mpi_job, mwms_job
 
 NO_CLASS = 'pods "mnist-worker-1" is forbidden: no PriorityClass with name urgent was found'

@@ -12,13 +12,13 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from disttrain.objects import JobRef
-from disttrain.observed import ObservedPod
-from disttrain.passes import JobState
-from disttrain.reconcile import reconcile
-from disttrain.spec import JobSpec, SpecError, parse_spec
-from disttrain.ssh_keys import generate_ssh_keys
-from disttrain.status import Phase
+from disttrain.api.objects import JobRef
+from disttrain.api.observed import ObservedPod
+from disttrain.api.spec import JobSpec, SpecError, parse_spec
+from disttrain.api.status import Phase
+from disttrain.control.ssh_keys import generate_ssh_keys
+from disttrain.decide.passes import JobState
+from disttrain.decide.reconcile import reconcile
 from jobfuzz import specs
 
 REF = JobRef("fuzz", "ml", "uid-1")

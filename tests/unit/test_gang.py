@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from disttrain import gang
-from disttrain.desired import job_pod, supporting_objects
-from disttrain.gang import GroupStatus
-from disttrain.objects import JobRef, PodKey
-from disttrain.observed import ObservedPod
-from disttrain.passes import JobState
-from disttrain.reconcile import reconcile
-from disttrain.spec import Gang, GangProvider, JobSpec, parse_spec
+from disttrain.api.objects import JobRef, PodKey
+from disttrain.api.observed import ObservedPod
+from disttrain.api.spec import Gang, GangProvider, JobSpec, parse_spec
+from disttrain.build import gang
+from disttrain.build.desired import job_pod, supporting_objects
+from disttrain.build.gang import GroupStatus
+from disttrain.decide.passes import JobState
+from disttrain.decide.reconcile import reconcile
 from manifests import mpi_job, replica, tf_job
 
 REF = JobRef("mnist", "ml", "uid-1")

@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from disttrain.job_gauges import JobGauges, sample
+from disttrain.runtime.job_gauges import JobGauges, sample
 from manifests import mwms_job, ps_job
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from disttrain.joblogs import JobNotFound, LogLine, job_logs, lines, source_name, streams
+from disttrain.client.joblogs import JobNotFound, LogLine, job_logs, lines, source_name, streams
 from fake_logsource import FakeLogSource
 
 

@@ -28,3 +28,11 @@ def test_no_function_over_50_lines() -> None:
                 if length > MAX_FUNCTION_LINES:
                     long[f"{path.relative_to(PACKAGE)}:{node.name}"] = length
     assert not long
+
+
+def test_every_module_lives_in_a_layer() -> None:
+    """The tree shows the layers (README, Layout; the import-linter contract "The layers, top to
+    bottom"): a new module goes into the folder of its layer, not beside them."""
+    assert {p.name for p in PACKAGE.glob("*.py")} == {"__init__.py", "__main__.py"}
+    layers = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert layers == {"api", "build", "decide", "apiserver", "runtime", "control", "watch", "client"}

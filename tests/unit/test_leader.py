@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fakes import FakeClock, FakeLeases
 
-from disttrain.leader import LeaseElector
+from disttrain.runtime.leader import LeaseElector
 
 
 def electors(clock: FakeClock, duration: int = 15) -> tuple[LeaseElector, LeaseElector]:

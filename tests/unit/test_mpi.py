@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from disttrain import mpi
-from disttrain.desired import job_pod, supporting_objects
-from disttrain.objects import JobRef, PodKey
-from disttrain.spec import MPISpec, parse_spec
-from disttrain.ssh_keys import generate_ssh_keys
+from disttrain.api.objects import JobRef, PodKey
+from disttrain.api.spec import MPISpec, parse_spec
+from disttrain.build import mpi
+from disttrain.build.desired import job_pod, supporting_objects
+from disttrain.control.ssh_keys import generate_ssh_keys
 
 REF = JobRef("hvd", "ml", "uid-9")
 

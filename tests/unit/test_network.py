@@ -3,10 +3,10 @@ pods and letting in only each other; PeersAndDNS also keeps their connections to
 
 from __future__ import annotations
 
-from disttrain.network import policies
-from disttrain.objects import JobRef
-from disttrain.render import render_objects
-from disttrain.spec import parse_spec
+from disttrain.api.objects import JobRef
+from disttrain.api.spec import parse_spec
+from disttrain.build.network import policies
+from disttrain.build.render import render_objects
 from manifests import mpi_job, mwms_job
 
 REF = JobRef("mnist", "ml", "uid-1")

@@ -10,8 +10,8 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from disttrain.observed import ObservedPod
-from disttrain.podwatch import PodWatch, watched
+from disttrain.api.observed import ObservedPod
+from disttrain.watch.podwatch import PodWatch, watched
 
 JOB_UID = "job-uid-1"
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from disttrain.objects import PodKey
-from disttrain.observed import ObservedPod
-from disttrain.policies import cleanup, deadline, failure, startup, success, ttl
-from disttrain.reasons import Reason
-from disttrain.spec import CleanPodPolicy, JobSpec, RestartPolicy, parse_spec
+from disttrain.api.objects import PodKey
+from disttrain.api.observed import ObservedPod
+from disttrain.api.spec import CleanPodPolicy, JobSpec, RestartPolicy, parse_spec
+from disttrain.decide.policies import cleanup, deadline, failure, startup, success, ttl
+from disttrain.decide.reasons import Reason
 from manifests import mpi_job, replica, tf_job
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)

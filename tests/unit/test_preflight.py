@@ -3,7 +3,7 @@ operator is what says a cluster is too old)."""
 
 from __future__ import annotations
 
-from disttrain.preflight import server_version, version_problem
+from disttrain.runtime.preflight import server_version, version_problem
 
 
 def test_reads_plain_and_managed_cluster_versions() -> None:

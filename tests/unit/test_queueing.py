@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from disttrain import queueing
-from disttrain.objects import JobRef
-from disttrain.observed import ObservedPod, observe_pod
-from disttrain.passes import JobState
-from disttrain.plan import Plan
-from disttrain.queueing import Flavor, ObservedWorkload, QueueState
-from disttrain.reconcile import reconcile
-from disttrain.spec import JobSpec, parse_spec
+from disttrain.api.objects import JobRef
+from disttrain.api.observed import ObservedPod, observe_pod
+from disttrain.api.spec import JobSpec, parse_spec
+from disttrain.decide import queueing
+from disttrain.decide.passes import JobState
+from disttrain.decide.plan import Plan
+from disttrain.decide.queueing import Flavor, ObservedWorkload, QueueState
+from disttrain.decide.reconcile import reconcile
 from manifests import mpi_job, replica, tf_job
 
 REF = JobRef("mnist", "ml", "uid-1")

@@ -6,13 +6,13 @@ import dataclasses
 import datetime
 from typing import Any
 
-from disttrain.objects import JobRef
-from disttrain.observed import ObservedPod, observe_pod
-from disttrain.passes import JobState
-from disttrain.plan import Plan
-from disttrain.reconcile import reconcile
-from disttrain.spec import parse_spec
-from disttrain.ssh_keys import generate_ssh_keys
+from disttrain.api.objects import JobRef
+from disttrain.api.observed import ObservedPod, observe_pod
+from disttrain.api.spec import parse_spec
+from disttrain.control.ssh_keys import generate_ssh_keys
+from disttrain.decide.passes import JobState
+from disttrain.decide.plan import Plan
+from disttrain.decide.reconcile import reconcile
 from manifests import mpi_job, replica, tf_job
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)

@@ -1,4 +1,4 @@
-"""Fewer status writes, never from a stale read (disttrain/status_writes.py), alone and in the
+"""Fewer status writes, never from a stale read (disttrain/control/status_writes.py), alone and in the
 controller on the in-memory Kube."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import copy
 import pytest
 from test_controller import Harness
 
-from disttrain.status_writes import PROGRESS_WRITE_INTERVAL, WrittenStatus, progress_wait, with_own_status
+from disttrain.control.status_writes import PROGRESS_WRITE_INTERVAL, WrittenStatus, progress_wait, with_own_status
 from manifests import mwms_job
 
 BODY = {"metadata": {"name": "j", "resourceVersion": "5"}, "spec": {}, "status": {"phase": "Pending"}}

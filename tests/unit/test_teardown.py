@@ -9,9 +9,9 @@ from typing import Any
 from fakes import FakeKube
 from test_controller import RUNNING, Harness
 
-from disttrain.api_errors import ErrorKind, classify
-from disttrain.observed import observe_pod
-from disttrain.teardown import RECHECK_SECONDS
+from disttrain.api.observed import observe_pod
+from disttrain.apiserver.api_errors import ErrorKind, classify
+from disttrain.control.teardown import RECHECK_SECONDS
 from manifests import mwms_job
 
 TERMINATING_403 = (b'{"kind":"Status","status":"Failure","message":"pods \\"a\\" is forbidden: unable to create new '

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from disttrain.workqueue import WorkQueue
+from disttrain.control.workqueue import WorkQueue
 
 
 def test_a_key_queued_many_times_while_waiting_is_handled_once() -> None:
@@ -102,7 +102,7 @@ def test_a_throttled_pass_waits_its_retry_after_and_logs_the_api_servers_words_n
         caplog: pytest.LogCaptureFixture) -> None:
     """A 429 on a delete (issue 21, chaos through the fault proxy): the retry waits at least the
     Retry-After the API server asked for, and the log line names it, with no traceback."""
-    from disttrain.rest import ApiError
+    from disttrain.apiserver.rest import ApiError
 
     err = ApiError(429, "Too Many Requests", b'{"kind":"Status","code":429,"reason":"TooManyRequests",'
                                              b'"message":"slow down"}', {"Retry-After": "0.3"})

@@ -13,6 +13,17 @@
         dt.delete("mnist")
 """
 
+from disttrain.api.spec import (
+    CleanPodPolicy,
+    Egress,
+    GangProvider,
+    LauncherStart,
+    MPIImplementation,
+    RestartPolicy,
+    RestartScope,
+    SuccessPolicy,
+)
+from disttrain.client.joblogs import JobNotFound, LogLine
 from disttrain.client.jobs import (
     MPI,
     Container,
@@ -27,17 +38,6 @@ from disttrain.client.jobs import (
 )
 from disttrain.client.progress import JobStatus
 from disttrain.client.training import Client, JobError
-from disttrain.joblogs import JobNotFound, LogLine
-from disttrain.spec import (
-    CleanPodPolicy,
-    Egress,
-    GangProvider,
-    LauncherStart,
-    MPIImplementation,
-    RestartPolicy,
-    RestartScope,
-    SuccessPolicy,
-)
 
 __all__ = [
     "MPI", "CleanPodPolicy", "Client", "Container", "Egress", "Gang", "GangProvider", "Job", "JobError",

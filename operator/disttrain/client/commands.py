@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from disttrain.client.joblogs import JobNotFound
 from disttrain.client.training import Client
-from disttrain.joblogs import JobNotFound
 
 
 def logs_command(job: str, *, namespace: str | None, follow: bool, replica_type: str | None, previous: bool,

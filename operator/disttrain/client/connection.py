@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from disttrain.constants import GROUP, PLURAL, VERSION
+from disttrain.api.constants import GROUP, PLURAL, VERSION
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -61,7 +61,7 @@ class LogResponse:
 
 
 class KubeLogSource:
-    """`disttrain.joblogs.LogSource` over the API server."""
+    """`disttrain.client.joblogs.LogSource` over the API server."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.core = client.CoreV1Api(api)

@@ -15,8 +15,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from disttrain.constants import API_VERSION, KIND
-from disttrain.spec import (
+from disttrain.api.constants import API_VERSION, KIND
+from disttrain.api.spec import (
     CleanPodPolicy,
     Egress,
     GangProvider,

@@ -8,11 +8,11 @@ from typing import Any
 
 from kubernetes import client
 
+from disttrain.api.constants import GROUP, PLURAL, VERSION
 from disttrain.client.connection import KubeLogSource, api_message, connect
+from disttrain.client.joblogs import LogLine, job_logs
 from disttrain.client.jobs import Job
 from disttrain.client.progress import JobStatus, Progress, default_progress
-from disttrain.constants import GROUP, PLURAL, VERSION
-from disttrain.joblogs import LogLine, job_logs
 
 FINISHED = ("Succeeded", "Failed")
 

@@ -1,0 +1,207 @@
+"""The DistTrainJob CustomResourceDefinition, generated.
+
+`crd_spec` writes the schema of `spec`; this module adds the status, the rules on the whole
+object, the printer columns, and writes the YAML. `crds/disttrainjobs.disttrain.dev.yaml` is
+this module's output (`disttrain crd`, `make crd`); a test keeps them equal.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from disttrain.api.constants import CATEGORY, GROUP, KIND, MAX_DNS_LABEL, PLURAL, SHORT_NAME, SINGULAR, VERSION
+from disttrain.api.crd_spec import (
+    FlowMapping,
+    Schema,
+    enum_field,
+    gang_size_rule,
+    int_field,
+    mpi_schema,
+    run_policy_schema,
+    string_field,
+    tensorflow_schema,
+)
+from disttrain.api.status import CONDITION_TYPES, Phase
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(FlowMapping, lambda dumper, data: dumper.represent_mapping(
+    "tag:yaml.org,2002:map", data, flow_style=True))
+
+
+def _name_length_rules() -> list[Schema]:
+    """Every pod's name is also its hostname, a DNS label: at most 63 characters. The rules use
+    size() arithmetic only: string concatenation on metadata.name (no declared max length) is
+    costed by CEL at the request size and refused."""
+    rules = []
+    for framework, rtype in [("tensorflow", t) for t in ("chief", "ps", "worker", "evaluator")] + [
+        ("mpi", "worker")
+    ]:
+        path = f"self.spec.{framework}.{rtype}"
+        suffix = len(f"-{rtype}-")
+        rules.append({
+            "rule": f"!has(self.spec.{framework}) || !has({path}) || "
+                    f"size(self.metadata.name) + {suffix} + size(string({path}.replicas - 1)) <= {MAX_DNS_LABEL}",
+            "message": f"metadata.name is too long: the pod name <name>-{rtype}-<index> is also its hostname, "
+                       f"which allows {MAX_DNS_LABEL} characters",
+            "reason": "FieldValueInvalid",
+        })
+    rules.append({
+        "rule": f"!has(self.spec.mpi) || size(self.metadata.name) <= {MAX_DNS_LABEL - len('-launcher')}",
+        "message": f"metadata.name is too long: the pod name <name>-launcher is also its hostname, which allows "
+                   f"{MAX_DNS_LABEL} characters",
+        "reason": "FieldValueInvalid",
+    })
+    return rules
+
+
+DELETED_PODS: Schema = {
+    "type": "array", "items": {"type": "string"},
+    "description": "UIDs of the pods the operator's last decisions deleted: kept in the status that announces the "
+                   "deletes, so an operator restarted before it made them makes them without counting a failure twice.",
+}
+
+
+def status_schema() -> Schema:
+    counts = {k: int_field(f"Pods of this type that are {k}.") for k in ("active", "ready", "succeeded", "failed")}
+    return {
+        "type": "object",
+        "description": "Where the job stands, written by the operator.",
+        "properties": {
+            "phase": enum_field("Pending, Running, Restarting, Succeeded, Failed or Suspended.",
+                                [p.value for p in Phase]),
+            "reason": string_field("Machine-readable reason of the last phase change."),
+            "message": string_field("Human-readable explanation of the last phase change."),
+            "framework": enum_field("tensorflow or mpi.", ["tensorflow", "mpi"]),
+            "ready": string_field("Pods Ready / pods wanted, such as 3/4."),
+            "restarts": int_field("Restarts so far: pods or the whole job recreated by the operator, plus container "
+                             "restarts by the kubelet."),
+            "operatorRestarts": int_field("The part of restarts that does not come from the current pods' containers: "
+                                     "operator restarts and the container restarts of pods it replaced."),
+            "deletedPods": DELETED_PODS,
+            "replicaStatuses": {
+                "type": "object",
+                "description": "Pod counts per replica type.",
+                "additionalProperties": {"type": "object", "properties": counts},
+            },
+            "conditions": {
+                "type": "array",
+                "description": "Created, Running, Restarting, Succeeded, Failed, Suspended.",
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+                "items": {
+                    "type": "object",
+                    "required": ["type", "status"],
+                    "properties": {
+                        "type": enum_field("Condition type.", list(CONDITION_TYPES)),
+                        "status": enum_field("True, False or Unknown.", ["True", "False", "Unknown"]),
+                        "reason": string_field("Machine-readable reason of the last transition."),
+                        "message": string_field("Human-readable message of the last transition."),
+                        "lastTransitionTime": string_field("When the status last changed.", format="date-time"),
+                    },
+                },
+            },
+            "gang": gang_status_schema(),
+            "startTime": string_field("When the operator started the job (or resumed it).", format="date-time"),
+            "completionTime": string_field("When the job succeeded or failed.", format="date-time"),
+            "observedGeneration": {"type": "integer", "format": "int64",
+                                   "description": "The spec generation this status describes."},
+        },
+    }
+
+
+def gang_status_schema() -> Schema:
+    return {
+        "type": "object",
+        "description": "The gang this job is scheduled as (runPolicy.scheduling.gang), once a provider is chosen; "
+                       "it stays for the job's life.",
+        "properties": {
+            "provider": string_field("Kubernetes, SchedulerPlugins or Volcano."),
+            "podGroup": string_field("Name of the PodGroup (and, for Kubernetes, the Workload)."),
+            "minAvailable": int_field("Pods scheduled together."),
+        },
+    }
+
+
+def job_schema() -> Schema:
+    return {
+        "type": "object",
+        "description": "A distributed training job: TensorFlow (TF_CONFIG) or MPI (Horovod).",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": string_field("APIVersion of this object: disttrain.dev/v1."),
+            "kind": string_field("Kind of this object: DistTrainJob."),
+            "metadata": {"type": "object"},
+            "spec": {
+                "type": "object",
+                "description": "What to run. Exactly one of tensorflow or mpi.",
+                "properties": {
+                    "tensorflow": tensorflow_schema(),
+                    "mpi": mpi_schema(),
+                    "runPolicy": run_policy_schema(),
+                },
+                "x-kubernetes-validations": [
+                    {"rule": "has(self.tensorflow) != has(self.mpi)",
+                     "message": "exactly one of spec.tensorflow or spec.mpi must be set"},
+                    {"rule": "has(self.tensorflow) == has(oldSelf.tensorflow)",
+                     "message": "a job can't switch between spec.tensorflow and spec.mpi after it is created"},
+                    gang_size_rule(),
+                ],
+            },
+            "status": status_schema(),
+        },
+        "x-kubernetes-validations": [
+            {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+             "message": "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting "
+                        "with a letter): it names the job's headless Service",
+             "reason": "FieldValueInvalid"},
+            *_name_length_rules(),
+        ],
+    }
+
+
+def printer_columns() -> list[Schema]:
+    return [
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Phase of the job."},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.ready", "description": "Pods Ready / wanted."},
+        {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "description": "Restarts so far."},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.reason",
+         "description": "Why the job is where it is: Queued, WaitingForGang, Unschedulable, ImagePullBackOff, ..."},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Framework", "type": "string", "jsonPath": ".status.framework", "priority": 1},
+        {"name": "Started", "type": "date", "jsonPath": ".status.startTime", "priority": 1},
+        {"name": "Completed", "type": "date", "jsonPath": ".status.completionTime", "priority": 1},
+    ]
+
+
+def crd() -> Schema:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": SINGULAR,
+                      "shortNames": [SHORT_NAME], "categories": [CATEGORY]},
+            "versions": [{
+                "name": VERSION,
+                "served": True,
+                "storage": True,
+                "schema": {"openAPIV3Schema": job_schema()},
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": printer_columns(),
+            }],
+        },
+    }
+
+
+HEADER = ("# Generated by `disttrain crd` (operator/disttrain/api/crd.py) from the API server's PodTemplateSpec\n"
+          "# schema; do not edit. Regenerate with `make crd`. Install with `kubectl apply --server-side`.\n")
+
+
+def crd_yaml() -> str:
+    return HEADER + yaml.dump(crd(), Dumper=_Dumper, sort_keys=False, width=110)

@@ -1,0 +1,47 @@
+"""Every object a job should own, whatever its framework: the one entry point that reconcile and
+`disttrain render` use.
+
+A pod is built in three layers: the common pod (`pods`), the framework's env and volumes
+(`tensorflow` or `mpi`), then scheduling's fields (`scheduling`). The supporting objects are
+the headless Service, the framework's own (MPI's hostfile ConfigMap and SSH Secret), the opt-in
+NetworkPolicy and
+scheduling's (a gang's PodGroup, and Workload), all made before the first pod. `provider` is the gang
+provider the job's status records (None: no gang, or none chosen yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from disttrain.build import mpi, network, pods, scheduling, tensorflow
+from disttrain.api.objects import JobRef, PodKey
+from disttrain.api.spec import GangProvider, JobSpec
+
+
+def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | None = None) -> dict[str, Any]:
+    env = pods.common_env(ref, spec, key)
+    if spec.tensorflow is not None:
+        env |= tensorflow.pod_env(ref, spec.tensorflow, key)
+        pod = pods.base_pod(ref, spec, key, env)
+    else:
+        assert spec.mpi is not None
+        env |= mpi.pod_env(spec.mpi, key)
+        pod = mpi.pod_additions(ref, spec.mpi, key, pods.base_pod(ref, spec, key, env))
+    return scheduling.pod_fields(ref, spec, provider, pod)
+
+
+def supporting_objects(
+    ref: JobRef, spec: JobSpec, ssh_keys: mpi.SSHKeys | None, running_workers: Sequence[int] = (),
+    provider: GangProvider | None = None,
+) -> list[dict[str, Any]]:
+    """What the pods need before they start, in the order they are created."""
+    if spec.tensorflow is not None:
+        objects = [pods.headless_service(ref, tensorflow.service_port(spec.tensorflow))]
+    else:
+        assert spec.mpi is not None
+        if ssh_keys is None:
+            raise ValueError("an MPI job's objects need its SSH keys")
+        objects = [pods.headless_service(ref, mpi.service_port()),
+                   *mpi.supporting_objects(ref, spec.mpi, ssh_keys, running_workers)]
+    return objects + network.policies(ref, spec) + scheduling.objects(ref, spec, provider)

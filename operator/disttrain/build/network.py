@@ -1,0 +1,41 @@
+"""The opt-in NetworkPolicy of a job (runPolicy.networkPolicy, kubeflow/trainer#3120: peers that
+anyone in the cluster can reach, TensorFlow's gRPC servers and MPI's sshd included).
+
+The policy selects the job's pods by their job-name label and lets in only pods of the same
+label; with egress PeersAndDNS they may also connect only to each other and to port 53. DNS is
+allowed to any destination, not to a kube-dns selector: node-local DNS caches listen on a link-
+local address no pod selector matches. A NetworkPolicy is enforced by the network plugin, not by
+the API server: on a plugin without NetworkPolicy (the bridge plugin of our local node) it is
+stored, validated, and does nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from disttrain.build.naming import job_labels, network_policy_name
+from disttrain.api.objects import JobRef, object_meta
+from disttrain.api.spec import Egress, JobSpec
+
+DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+
+
+def policies(ref: JobRef, spec: JobSpec) -> list[dict[str, Any]]:
+    """The job's NetworkPolicy, if it asked for one."""
+    isolation = spec.run_policy.network_policy
+    if isolation is None:
+        return []
+    peers = [{"podSelector": {"matchLabels": job_labels(ref.name)}}]
+    body: dict[str, Any] = {
+        "podSelector": {"matchLabels": job_labels(ref.name)},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": peers}],
+    }
+    if isolation.egress is Egress.PEERS_AND_DNS:
+        body["policyTypes"].append("Egress")
+        body["egress"] = [{"to": peers}, {"ports": DNS_PORTS}]
+    return [{
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": object_meta(ref, network_policy_name(ref.name), job_labels(ref.name)),
+        "spec": body,
+    }]

@@ -1,0 +1,120 @@
+"""Creating a job's children: its supporting objects (Service, ConfigMap, Secret, gang group),
+then its pods, concurrently; and keeping its ConfigMap current. Every object found under a name
+we wanted is checked for whose it is before it is trusted (objects.ownership)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from disttrain.api.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from disttrain.api.objects import JobRef, Ownership, PodKey, not_owned_message, ownership
+from disttrain.apiserver.kube import Invalid, Refused
+from disttrain.control.expectations import Expectations
+from disttrain.control.groups import Groups
+from disttrain.decide.reasons import Reason
+from disttrain.runtime import metrics
+
+
+class ChildrenAPI(Protocol):
+    async def create(self, obj: dict[str, Any]) -> str | None: ...
+    async def get(self, obj: dict[str, Any]) -> dict[str, Any] | None: ...
+    async def get_metadata(self, obj: dict[str, Any]) -> dict[str, Any] | None: ...
+    async def patch_config_map_data(self, obj: dict[str, Any]) -> bool: ...
+
+
+class Children:
+    def __init__(self, kube: ChildrenAPI, groups: Groups, create_concurrency: int) -> None:
+        self.kube, self.groups = kube, groups
+        self.creates = asyncio.Semaphore(create_concurrency)
+        self.supported: set[str] = set()  # uids of jobs whose supporting objects exist and are theirs
+        self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
+
+    def forget(self, uid: str) -> None:
+        self.supported.discard(uid)
+        self.written = {k: v for k, v in self.written.items() if k[0] != uid}
+
+    async def create_all(self, exp: Expectations, ref: JobRef, framework: str,
+                          objects: list[dict[str, Any]]) -> tuple[tuple[Reason, str] | None, bool]:
+        """Create the supporting objects, then (once they are all this job's) the pods, concurrently.
+        Returns why the job must fail, if it must, and whether to look again soon."""
+        pods = [o for o in objects if o["kind"] == "Pod"]
+        supporting = [o for o in objects if o["kind"] != "Pod"]
+        if supporting and ref.uid not in self.supported:
+            for obj in supporting:
+                what = f"{obj['kind']} {obj['metadata']['name']} can't be created"
+                try:
+                    ownership = await self._create_owned(ref, obj)
+                except Invalid as err:
+                    return (Reason.INVALID_OBJECT, f"{what}: {err}"), False
+                except Refused as err:  # a ResourceQuota on count/secrets, a policy engine: may pass
+                    return (Reason.CREATE_REFUSED, f"{what}: {err}"), False
+                if ownership is Ownership.FOREIGN:
+                    return (Reason.OBJECT_NOT_OWNED, not_owned_message(ref, obj)), False
+                if ownership is Ownership.WAIT:
+                    return None, True
+            self.supported.add(ref.uid)
+            self.groups.forget(ref.uid)
+        results = await asyncio.gather(*(self._create_pod(exp, ref, framework, p) for p in pods))
+        return next((r for r in results if r is not None), None), False
+
+    async def _create_owned(self, ref: JobRef, obj: dict[str, Any]) -> Ownership:
+        """Create `obj`; if its name is taken, whose is the object there?"""
+        created = await self.kube.create(obj)
+        if created:
+            if obj["kind"] == "Service":
+                metrics.JOBS_CREATED.inc()
+            if obj["kind"] == "ConfigMap":
+                self.written[(ref.uid, obj["metadata"]["name"])] = obj["data"]
+            return Ownership.OURS
+        return ownership(ref, await self.kube.get_metadata(obj))
+
+    async def _create_pod(self, exp: Expectations, ref: JobRef, framework: str,
+                          pod: dict[str, Any]) -> tuple[Reason, str] | None:
+        """Create one pod. Returns why the job must fail: the API server found the pod invalid
+        (the message names the template it came from), or the name belongs to something else."""
+        name, labels = pod["metadata"]["name"], pod["metadata"]["labels"]
+        pod_key = PodKey(labels[REPLICA_TYPE_LABEL], int(labels[REPLICA_INDEX_LABEL]))
+        exp.expect_created(name, pod_key)
+        async with self.creates:
+            try:
+                created = await self.kube.create(pod)
+            except Invalid as err:
+                exp.not_created(name)
+                return Reason.INVALID_POD_TEMPLATE, f"spec.{framework}.{pod_key.replica_type}.template: {err}"
+            except Refused as err:
+                exp.not_created(name)
+                return Reason.POD_CREATE_REFUSED, f"pod {name} can't be created: {err}"
+            except BaseException:
+                exp.not_created(name)
+                raise
+            if created:
+                exp.created_as(name, created)
+                metrics.PODS_CREATED.inc()
+                return None
+            # Taken, and not seen in our index as ours: an earlier job's pod (waited out on its
+            # next event) or something else's.
+            meta = await self.kube.get_metadata(pod)
+            found = ownership(ref, meta)
+            if found is Ownership.OURS:
+                exp.created_as(name, str((meta or {}).get("uid") or ""))
+            else:
+                exp.not_created(name)
+            if found is Ownership.FOREIGN:
+                return Reason.OBJECT_NOT_OWNED, not_owned_message(ref, pod)
+        return None
+
+    async def keep_current(self, ref: JobRef, obj: dict[str, Any]) -> None:
+        """Write `obj` (a ConfigMap) if its data differs from what we last wrote, or, in a process
+        that hasn't written it (a restart, a failover), from what the object holds: read once,
+        and only if it is this job's (derived from what exists, not from this process's past)."""
+        memory = (ref.uid, obj["metadata"]["name"])
+        if memory not in self.written:
+            found = await self.kube.get(obj)
+            if found is None or ownership(ref, found.get("metadata")) is not Ownership.OURS:
+                return  # not made yet, or an earlier job's: made with this job's next pods
+            self.written[memory] = found.get("data") or {}
+        if self.written.get(memory) == obj["data"]:
+            return
+        if await self.kube.patch_config_map_data(obj):
+            self.written[memory] = obj["data"]

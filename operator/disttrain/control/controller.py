@@ -1,0 +1,299 @@
+"""The impure half of reconciling: read a job and its pods from the in-memory indexes, call the
+pure `reconcile`, and carry out its plan through the API.
+
+The indexes lag the API server by a watch event: `Expectations` cover that gap. A status
+computed from a stale job is refused by the API server (resourceVersion precondition) and
+reconciled again from the newer one. Every child is trusted only when its controller reference
+carries the job's UID: a name already taken by an earlier job's object is waited out (garbage
+collection is removing it), by anything else it fails the job with a message naming the object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from disttrain.api.objects import JobRef
+from disttrain.api.observed import ObservedPod
+from disttrain.api.spec import SpecError, parse_spec
+from disttrain.api.status import Phase, enter_phase, timestamp
+from disttrain.apiserver.kube import Conflict, NamespaceTerminating
+from disttrain.apiserver.kube_api import KubeAPI
+from disttrain.apiserver.retries import Explained
+from disttrain.build import mpi
+from disttrain.control import status_writes
+from disttrain.control.children import Children
+from disttrain.control.expectations import Expectations
+from disttrain.control.groups import Groups
+from disttrain.control.queues import Queues
+from disttrain.control.ssh_keys import generate_ssh_keys
+from disttrain.control.teardown import Namespaces
+from disttrain.control.tombstones import RESYNC_SECONDS, Tombstones, resync_forever
+from disttrain.control.workqueue import WorkQueue
+from disttrain.decide import create_refusals
+from disttrain.decide.passes import JobState
+from disttrain.decide.plan import Event, Plan
+from disttrain.decide.queueing import ObservedWorkload
+from disttrain.decide.reasons import REFUSED, Reason
+from disttrain.decide.reconcile import reconcile
+from disttrain.runtime import metrics
+from disttrain.runtime.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]  # (namespace, name)
+# kopf's indexes (each key maps to the values its objects contributed: one job body), and the pod watch's.
+JobIndex = Mapping[JobKey, Iterable[Mapping[str, Any]]]
+PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
+WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
+# How soon to look again at a name an earlier job's object holds (garbage collection: seconds).
+RETRY_TAKEN_NAME_SECONDS = 1.0
+
+
+class Controller:
+    def __init__(self, kube: KubeAPI, workers: int = 16, create_concurrency: int = 32,
+                 clock: Clock | None = None, resync_seconds: float = RESYNC_SECONDS) -> None:
+        self.kube = kube
+        self.resync_seconds = resync_seconds
+        self.clock: Clock = clock or SystemClock()
+        self.queue: WorkQueue[JobKey] = WorkQueue(self.reconcile_key, workers=workers, on_failure=self._retrying)
+        self.expectations: dict[JobKey, Expectations] = {}
+        self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
+        self.uids: dict[JobKey, str] = {}
+        self.statuses: dict[JobKey, status_writes.WrittenStatus] = {}
+        self.refusals: dict[JobKey, create_refusals.Refusal] = {}
+        self.retried: dict[JobKey, tuple[str, float]] = {}  # the last failure told in an event, and when
+        self.groups = Groups(kube, self.clock)
+        self.queues = Queues(kube, self.clock)
+        self.namespaces = Namespaces(kube, self.clock)
+        self.children = Children(kube, self.groups, create_concurrency)
+        self._jobs: JobIndex = {}
+        self._pods: PodIndex = {}
+        self._workloads: WorkloadIndex = {}
+        self.tombstones = Tombstones()
+        self._resyncs: asyncio.Task[None] | None = None
+
+    def bind(self, jobs: JobIndex | None = None, pods: PodIndex | None = None,
+             workloads: WorkloadIndex | None = None) -> None:
+        """The indexes reconciling reads: kopf's (jobs, workloads), the pod watch's (pods)."""
+        self._jobs = self._jobs if jobs is None else jobs
+        self._pods = self._pods if pods is None else pods
+        self._workloads = self._workloads if workloads is None else workloads
+
+    def start(self) -> None:
+        self.queue.start()
+        self._resyncs = asyncio.create_task(resync_forever(self.resync, self.resync_seconds), name="resync")
+
+    async def stop(self) -> None:
+        if self._resyncs is not None:
+            self._resyncs.cancel()
+            await asyncio.gather(self._resyncs, return_exceptions=True)
+        await self.queue.stop()
+        await self.kube.close()
+
+    async def reconcile_key(self, key: JobKey) -> float | None:
+        body = next(iter(self._jobs.get(key, ())), None)
+        if body is None:
+            self._forget(key)
+            return None
+        meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return None
+        body = status_writes.with_own_status(self.statuses.get(key), body)
+        ref = JobRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+        if self.uids.get(key) not in (None, ref.uid):
+            self._forget(key)  # deleted and made again under the same name
+        self.uids[key] = ref.uid
+        try:
+            spec = parse_spec(body.get("spec") or {})
+        except SpecError as err:
+            return await self._fail(key, ref, body.get("status"), meta.get("resourceVersion"),
+                                    Reason.INVALID_SPEC, str(err))
+        started = self.clock.monotonic()
+        job = JobState(ref=ref, generation=int(meta.get("generation") or 0), spec=spec,
+                       status=dict(body.get("status") or {}))
+        keys = None
+        if spec.mpi is not None:
+            # Kept while the job lives: its Secret is made once, but a plan that creates pods
+            # always carries the supporting objects (created only if we haven't yet).
+            if ref.uid not in self.ssh_keys:
+                self.ssh_keys[ref.uid] = generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
+            keys = self.ssh_keys[ref.uid]
+        job = await self.groups.observe(job)
+        job = await self.queues.observe(job, meta.get("labels") or {}, self._workloads.get(key, ()))
+        pods = self._observed_pods(key, ref, job.status.get("deletedPods") or ())
+        plan = reconcile(job, pods, self.clock.now(), keys)
+        plan = create_refusals.hold(self.refusals.get(key), Queues.hold_unreadable(job, plan), self.clock.monotonic())
+        try:
+            if await self.namespaces.going_away(ref, plan, body.get("status") or {}, self._pods.get(key, ()),
+                                               set(self._expectations(key, ref).deleted)):
+                return None  # the namespace controller is deleting it all: nothing to write (teardown.py)
+            return await self._apply(key, ref, spec.framework.value, body, plan)
+        except NamespaceTerminating:
+            self.namespaces.mark(ref.namespace)
+            return None
+        finally:
+            metrics.RECONCILE_SECONDS.observe(self.clock.monotonic() - started)
+
+    def _forget(self, key: JobKey) -> None:
+        """The job is gone: drop everything remembered for it."""
+        for memory in (self.expectations, self.statuses, self.refusals, self.retried):
+            memory.pop(key, None)
+        self.tombstones.forget(key)
+        self.queue.forget(key)
+        uid = self.uids.pop(key, None)
+        if uid is not None:
+            self.children.forget(uid)
+            self.ssh_keys.pop(uid, None)
+            self.groups.forget(uid)
+
+    def _expectations(self, key: JobKey, ref: JobRef) -> Expectations:
+        exp = self.expectations.get(key)
+        if exp is None or exp.owner_uid != ref.uid:
+            exp = self.expectations[key] = Expectations(self.clock, ref.uid)
+        return exp
+
+    def _observed_pods(self, key: JobKey, ref: JobRef, judged: Iterable[str] = ()) -> list[ObservedPod]:
+        return self._expectations(key, ref).apply(self.tombstones.view(key, self._pods.get(key, ()), set(judged)))
+
+    async def resync(self) -> set[JobKey]:
+        """Purge pods the watch never saw go (tombstones.py); their jobs are reconciled again."""
+        for key in (touched := await self.tombstones.resync(self.kube, self._pods)):
+            self.queue.add(key)
+        return touched
+
+    async def _apply(self, key: JobKey, ref: JobRef, framework: str, body: Mapping[str, Any],
+                     plan: Plan) -> float | None:
+        if not await self._write_status(key, ref, body, plan):
+            return 1.0  # someone else wrote the job meanwhile: its event re-queues it (the timer: a safety net)
+        # The transitions just written are told at once: whatever stops this pass below (a
+        # delete refused, Kueue's Conflict), they happened.
+        for event in plan.events:
+            await self._event(ref, event)
+            metrics.count_transition(event.reason)
+        exp = self._expectations(key, ref)
+        await self._delete_pods(ref, exp, plan.delete)
+
+        try:
+            await self.queues.write(ref, plan.workload)
+        except Conflict:
+            return 1.0  # Kueue wrote the Workload meanwhile: again, from its newer state
+        if await self.groups.release(ref, plan.delete_objects):
+            self.children.supported.discard(ref.uid)  # made afresh with the next pods
+        failure, wait = await self.children.create_all(exp, ref, framework, plan.create)
+        for obj in plan.keep_current:
+            await self.children.keep_current(ref, obj)
+        if failure is not None and failure[0] in REFUSED:
+            return await self._refused(key, ref, body, plan, *failure)
+        if any(o["kind"] == "Pod" for o in plan.create):
+            self.refusals.pop(key, None)  # its pods were made: the refusal has passed
+        if failure is not None:
+            # On top of the status just written, so start time, counts and conditions stay.
+            last = self.statuses.get(key)
+            version = last.after if last is not None and last.status == plan.status else \
+                body["metadata"].get("resourceVersion")
+            return await self._fail(key, ref, plan.status, version, *failure)
+        if plan.delete_job:
+            log.info("deleting %s/%s: ttlSecondsAfterFinished has passed", ref.namespace, ref.name)
+            await self.kube.delete_job(ref.namespace, ref.name, ref.uid)
+            return None
+        if wait:
+            plan.requeue_within(RETRY_TAKEN_NAME_SECONDS)
+        return plan.requeue_after
+
+    async def _delete_pods(self, ref: JobRef, exp: Expectations, pods: list[ObservedPod]) -> None:
+        """Delete `pods` by uid, each expected gone until its deletion shows. A failed delete (429, 500,
+        a timeout) is expected no more and raised: the work queue's retry deletes it again (the
+        status's deletedPods keeps its failure counted once)."""
+        pods = [p for p in pods if p.uid]  # a create still in flight: deleted once it answers
+        for pod in pods:
+            exp.expect_deleted(pod.uid)
+        results = await asyncio.gather(*(self.kube.delete_pod(ref.namespace, p.name, p.uid) for p in pods),
+                                       return_exceptions=True)
+        failed = [(pod, err) for pod, err in zip(pods, results, strict=True) if isinstance(err, BaseException)]
+        for pod, _ in failed:
+            exp.not_deleted(pod.uid)
+        metrics.PODS_DELETED.inc(len(pods) - len(failed))
+        if failed:
+            raise failed[0][1]
+
+    async def _refused(self, key: JobKey, ref: JobRef, body: Mapping[str, Any], plan: Plan, reason: Reason,
+                       message: str) -> float:
+        """A create was refused by something that may change: the job says so and waits (create_refusals.py)."""
+        previous = self.refusals.get(key)
+        refusal = self.refusals[key] = create_refusals.refused(previous, reason, message, self.clock.monotonic())
+        if previous is None or previous.message != message:
+            log.warning("%s/%s: %s (retrying in %.0fs)", ref.namespace, ref.name, message, refusal.backoff)
+            await self._event(ref, Event("Warning", reason, message))
+        last = self.statuses.get(key)
+        written_before = dict(last.status) if last is not None else None  # plan.status itself, if just written
+        create_refusals.say_why(plan, refusal)
+        if written_before == plan.status:
+            return refusal.backoff
+        before = last.after if last is not None else str(body["metadata"].get("resourceVersion", ""))
+        try:
+            written = await self.kube.patch_job_status(ref.namespace, ref.name, plan.status, before or None)
+        except Conflict:
+            self.statuses.pop(key, None)
+            return 1.0
+        self.statuses[key] = status_writes.WrittenStatus(before, status_writes.version(written), plan.status,
+                                                         self.clock.monotonic())
+        return refusal.backoff
+
+    async def _write_status(self, key: JobKey, ref: JobRef, body: Mapping[str, Any], plan: Plan) -> bool:
+        """The plan's status, unless unchanged or only progress just after a write (status_writes)."""
+        current, now = body.get("status") or {}, self.clock.monotonic()
+        wait = status_writes.progress_wait(self.statuses.get(key), current, plan.status, now)
+        if wait is not None:
+            plan.requeue_within(wait)
+        if wait is not None or plan.status == current:
+            return True
+        rv = body["metadata"].get("resourceVersion")
+        try:
+            written = await self.kube.patch_job_status(ref.namespace, ref.name, plan.status, rv)
+        except Conflict:
+            self.statuses.pop(key, None)
+            return False
+        self.statuses[key] = status_writes.WrittenStatus(rv or "", status_writes.version(written), plan.status, now)
+        return True
+
+    async def _fail(self, key: JobKey, ref: JobRef, status: Mapping[str, Any] | None, version: str | None,
+                    reason: Reason, message: str) -> float | None:
+        """A job only the operator can see is wrong: phase Failed, the message, a Warning event.
+        A finished job's verdict stands (Succeeded is never turned Failed, a first failure's time
+        and words are kept); the write is made over the resourceVersion the verdict was drawn
+        from, and a job changed meanwhile is looked at again."""
+        current = dict(status or {})
+        if current.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value):
+            return None
+        now = timestamp(self.clock.now())
+        new = enter_phase(current, Phase.FAILED, reason, message, now)
+        new["completionTime"] = current.get("completionTime") or now
+        self.statuses.pop(key, None)
+        try:
+            await self.kube.patch_job_status(ref.namespace, ref.name, new, version or None)
+        except Conflict:
+            return 1.0
+        await self._event(ref, Event("Warning", reason, message))
+        metrics.count_transition(reason)
+        return None
+
+    async def _retrying(self, key: JobKey, failure: Explained) -> None:
+        """A pass the API server failed (throttled, a server error, RBAC): the work queue retries it
+        with backoff; the job's events say so, once per new message (again after 5 minutes)."""
+        uid, last, now = self.uids.get(key), self.retried.get(key), self.clock.monotonic()
+        told = last is not None and last[0] == failure.what and now - last[1] < 300
+        if not failure.tell_the_job or uid is None or told:
+            return
+        self.retried[key] = (failure.what, now)
+        ref = JobRef(name=key[1], namespace=key[0], uid=uid)
+        await self._event(ref, Event("Warning", Reason.API_REQUEST_RETRIED, f"{failure.what}; retrying with backoff"))
+
+    async def _event(self, ref: JobRef, event: Event) -> None:
+        # The same line in the operator's log: what happened to a job, in order, when events have expired.
+        log.info("%s/%s: %s: %s", ref.namespace, ref.name, event.reason, event.message)
+        try:
+            await self.kube.post_event(ref.namespace, ref.name, ref.uid, event.type, event.reason, event.message)
+        except Exception:  # an event lost must never stop the job
+            log.warning("could not post event %s for %s/%s", event.reason, ref.namespace, ref.name, exc_info=True)

@@ -1,0 +1,105 @@
+"""What the controller reads and writes of Kueue for queued jobs (`queueing` builds, purely).
+
+Reads: the job's Workload comes from the operator's watch (an index, no request); the
+ResourceFlavors of an admission and a WorkloadPriorityClass's value are read when needed, each
+remembered for a minute. A job without the queue label costs nothing, and a cluster without Kueue
+sees no request about it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from disttrain.api.objects import JobRef
+from disttrain.decide.passes import JobState
+from disttrain.decide.plan import Plan, WorkloadOp
+from disttrain.decide.queueing import KUEUE_API, PRIORITY_LABEL, Flavor, ObservedWorkload, QueueState, queue_name
+from disttrain.runtime.clock import Clock
+
+CACHE_SECONDS = 60.0
+UNREADABLE_RETRY_SECONDS = 5.0
+log = logging.getLogger(__name__)
+
+
+class QueueAPI(Protocol):
+    async def create(self, obj: Mapping[str, Any]) -> str | None: ...
+    async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
+    async def delete(self, obj: Mapping[str, Any], uid: str) -> None: ...
+    async def patch(self, obj: Mapping[str, Any], body: Mapping[str, Any], *, status: bool = False,
+                    apply: bool = False) -> None: ...
+
+
+class Queues:
+    def __init__(self, kube: QueueAPI, clock: Clock) -> None:
+        self.kube, self.clock = kube, clock
+        self._cache: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
+
+    async def observe(self, job: JobState, labels: Mapping[str, str],
+                      workloads: Iterable[ObservedWorkload]) -> JobState:
+        queue = queue_name(labels)
+        if queue is None:
+            return job
+        workload = next((w for w in workloads if w.owner_uid == job.ref.uid), None)
+        state = QueueState(queue, workload)
+        try:
+            if workload is not None and workload.admitted:
+                names = {f for assigned in workload.assignments.values() for f in assigned.values()}
+                state = dataclasses.replace(state, flavors={n: await self.flavor(n) for n in sorted(names)})
+            elif workload is None and labels.get(PRIORITY_LABEL):
+                state = dataclasses.replace(state, priority=await self.priority(labels[PRIORITY_LABEL]))
+        except Exception as err:  # optional to the pass: only its pods and Workload need what it reads
+            said = f"{type(err).__name__}: {err}"
+            log.warning("%s/%s: could not read Kueue's flavors or priority (%s); its pods and Workload wait",
+                        job.ref.namespace, job.ref.name, said)
+            state = dataclasses.replace(state, unreadable=said)
+        return dataclasses.replace(job, queue=state)
+
+    async def flavor(self, name: str) -> Flavor:
+        found = await self._read("ResourceFlavor", name) or {}
+        spec = found.get("spec") or {}
+        return Flavor(dict(spec.get("nodeLabels") or {}), list(spec.get("tolerations") or []))
+
+    async def priority(self, name: str) -> tuple[str, int] | None:
+        found = await self._read("WorkloadPriorityClass", name)
+        return None if found is None else (name, int(found.get("value") or 0))
+
+    async def _read(self, kind: str, name: str) -> dict[str, Any] | None:
+        now = self.clock.monotonic()
+        cached = self._cache.get((kind, name))
+        if cached is None or now - cached[0] > CACHE_SECONDS:
+            cached = (now, await self.kube.get({"apiVersion": KUEUE_API, "kind": kind, "metadata": {"name": name}}))
+            self._cache[(kind, name)] = cached
+        return cached[1]
+
+    @staticmethod
+    def hold_unreadable(job: JobState, plan: Plan) -> Plan:
+        """Without what Kueue's objects said (a read failed), no pod is made (it would lack the
+        flavor's node labels) and no Workload written (it would lack its priority): looked at again
+        soon. Everything else the pass decided stands."""
+        if job.queue is not None and job.queue.unreadable is not None:
+            plan.create = [o for o in plan.create if o["kind"] != "Pod"]
+            plan.workload = []
+            plan.requeue_within(UNREADABLE_RETRY_SECONDS)
+        return plan
+
+    async def write(self, ref: JobRef, ops: list[WorkloadOp]) -> None:
+        for op in ops:
+            target = {"apiVersion": KUEUE_API, "kind": "Workload",
+                      "metadata": {"name": op.name, "namespace": ref.namespace}}
+            if op.verb == "create":
+                await self.kube.create(op.body)
+            elif op.verb == "delete":
+                await self.kube.delete(target, op.uid)
+            elif op.verb == "condition":
+                # Server-side apply of this one condition: Kueue applies its own the same way, and
+                # the conditions list merges by type.
+                await self.kube.patch(target, {**target, "status": {"conditions": [op.body]}}, status=True,
+                                      apply=True)
+            elif op.verb == "release":
+                body = {"metadata": {"resourceVersion": op.resource_version}, "status": op.body}
+                await self.kube.patch(target, body, status=True)
+            else:  # active
+                await self.kube.patch(target, {"spec": op.body})

@@ -1,0 +1,20 @@
+"""A fresh SSH key pair for one MPI job: the one impure part of MPI's objects (mpi.py builds the
+rest from it). Apart, so that what builds a job's objects, and `disttrain render`, need no
+`cryptography`: the light `pip install disttrain` leaves it out (only `disttrain[operator]` has it)."""
+
+from __future__ import annotations
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from disttrain.build.mpi import SSHKeys
+
+
+def generate_ssh_keys(comment: str) -> SSHKeys:
+    """Called once per job by the controller."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                           serialization.PublicFormat.OpenSSH).decode()
+    return SSHKeys(private=private, public=f"{public} {comment}")

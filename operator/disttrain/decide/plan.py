@@ -1,0 +1,45 @@
+"""A reconcile's output: the writes that move a job forward, for the controller to carry out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from disttrain.api.observed import ObservedPod
+from disttrain.decide.reasons import Reason
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True)
+class WorkloadOp:
+    """A write to a queued job's Kueue Workload."""
+
+    verb: str  # create | delete | condition (server-side apply of one) | release (status) | active (spec)
+    name: str
+    body: dict[str, Any] = field(default_factory=dict)
+    uid: str = ""
+    resource_version: str = ""
+
+
+@dataclass
+class Plan:
+    status: dict[str, Any]
+    create: list[dict[str, Any]] = field(default_factory=list)  # supporting objects first, then pods
+    delete: list[ObservedPod] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    delete_job: bool = False
+    requeue_after: float | None = None  # seconds until a deadline or TTL falls due
+    # Objects to keep current while the job runs (MPI's discover_hosts.sh follows the workers).
+    keep_current: list[dict[str, Any]] = field(default_factory=list)
+    # Supporting objects to delete (a gang's group when the job finishes, is suspended or restarts).
+    delete_objects: list[dict[str, Any]] = field(default_factory=list)
+    workload: list[WorkloadOp] = field(default_factory=list)
+
+    def requeue_within(self, seconds: float) -> None:
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)

@@ -1,0 +1,136 @@
+"""The reconcile ladder's steps for a queued job (`queueing` builds and reads the Workload).
+
+- hold: no pod until Kueue admits the job's Workload; phase Queued meanwhile, in Kueue's words;
+- evicted (preempted, timed out, deactivated): the pods go as for a suspend, no restart counted,
+  the admission is handed back once they are gone, and the job starts afresh when admitted again;
+- place: an admitted podSet's flavor node labels and tolerations go to its pods;
+- report: PodsReady once every pod is Ready (Kueue's waitForPodsReady), Finished when the job is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from disttrain.api.objects import PodKey
+from disttrain.api.status import Phase, set_condition, timestamp
+from disttrain.decide import queueing
+from disttrain.decide.passes import Pass
+from disttrain.decide.plan import WorkloadOp
+from disttrain.decide.queueing import ObservedWorkload
+from disttrain.decide.reasons import Reason
+
+
+def hold_in_queue(p: Pass) -> bool:
+    """True while the job must wait in its queue (the ladder stops there)."""
+    state = p.job.queue
+    if state is None:
+        return False
+    workload = p.workload
+    if workload is None:
+        name = queueing.workload_name(p.job.ref)
+        p.plan.workload.append(WorkloadOp("create", name, queueing.desired_workload(p.job.ref, p.spec, state)))
+        if any(pod.active for pod in p.live):
+            # Pods running with no Workload (deleted by someone; the queue label added to a running
+            # job) hold resources Kueue doesn't know of: stopped as an eviction (no restart
+            # counted), as Kueue's own integrations stop a job whose Workload is gone.
+            p.plan.delete = list(p.live)
+            p.release_group()
+            return queued(p, f"its pods ran with no Workload (deleted, or the queue label added while it ran): "
+                             f"they are stopped, and it starts afresh once Workload {name} is admitted")
+        return queued(p, f"waiting for Kueue to admit Workload {name}")
+    if workload.true("Evicted") and (any(pod.active or pod.terminating for pod in p.own)
+                                     or workload.true("QuotaReserved")):
+        return evicted(p, workload)
+    if workload.admitted:
+        if p.phase is Phase.QUEUED:
+            p.move(Phase.PENDING, Reason.ADMITTED,
+                   f"Kueue admitted Workload {workload.name} to ClusterQueue {workload.cluster_queue}")
+            p.plan.status["startTime"] = timestamp(p.now)  # the deadline counts from admission
+        return False
+    if workload.podsets_hash != queueing.podsets_hash(queueing.pod_sets(p.spec)):
+        p.plan.workload.append(WorkloadOp("delete", workload.name, uid=workload.uid))
+        return queued(p, f"the job's pod templates changed while it was queued: Workload {workload.name} is "
+                         f"replaced")
+    return queued(p, workload.said("QuotaReserved") or f"waiting for Kueue to admit Workload {workload.name}")
+
+
+def queued(p: Pass, detail: str) -> bool:
+    assert p.job.queue is not None
+    message = f"queued in LocalQueue {p.job.queue.queue}: {detail}"
+    if p.phase is not Phase.QUEUED:
+        p.move(Phase.QUEUED, Reason.QUEUED, message)
+    elif p.plan.status.get("message") != message:
+        # Kueue's reason changes while the job waits (its scheduler tries the Workload after it
+        # is made): the Queued condition says what the message says, as `kubectl describe` shows it.
+        p.plan.status["message"] = message
+        p.plan.status["conditions"] = set_condition(list(p.plan.status.get("conditions") or []), "Queued", True,
+                                                    p.plan.status.get("reason", Reason.QUEUED), message,
+                                                    timestamp(p.now))
+    return True
+
+
+def evicted(p: Pass, workload: ObservedWorkload) -> bool:
+    cond = workload.conditions.get("Evicted") or {}
+    message = (f"Kueue evicted Workload {workload.name} ({cond.get('reason', 'Evicted')}: {cond.get('message', '')}); "
+               f"its pods are deleted and it starts afresh once admitted again (no restart counted)")
+    p.plan.delete = list(p.live)
+    p.release_group()
+    hand_back(p, workload)
+    if p.phase is not Phase.QUEUED:
+        p.move(Phase.QUEUED, Reason.EVICTED, message, warning=True)
+    return True
+
+
+def hand_back(p: Pass, workload: ObservedWorkload) -> None:
+    """An evicted Workload's quota goes back to Kueue once none of the job's pods is left."""
+    if workload.true("Evicted") and workload.true("QuotaReserved") and \
+            not any(pod.active or pod.terminating for pod in p.own):
+        p.plan.workload.append(WorkloadOp("release", workload.name, queueing.released_admission(
+            workload, timestamp(p.now)), resource_version=workload.resource_version))
+
+
+def place(p: Pass, key: PodKey, pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod where its podSet was admitted; None (the job has failed) if its template says otherwise."""
+    workload = p.workload
+    if p.job.queue is None or workload is None:
+        return pod
+    placed, conflict = queueing.place(pod, queueing.placement(workload, str(key.replica_type), p.job.queue.flavors))
+    if conflict is None:
+        return placed
+    p.finish(Phase.FAILED, Reason.INVALID_SPEC,
+             f"spec.{p.spec.framework.value}.{key.replica_type}.template.spec.nodeSelector: {conflict}")
+    return None
+
+
+def report(p: Pass) -> None:
+    """PodsReady as Kueue's job framework sets it (True once every pod is Ready or done, False
+    again when one is not, or the Workload is evicted); Finished once the job is (idempotent:
+    repeated until the Workload shows it)."""
+    workload = p.workload
+    if workload is None:
+        return
+    now = timestamp(p.now)
+    phase = Phase(p.plan.status.get("phase") or Phase.PENDING)
+    if phase in (Phase.SUCCEEDED, Phase.FAILED):
+        if not workload.true("Finished"):
+            reason = "Succeeded" if phase is Phase.SUCCEEDED else "Failed"
+            p.plan.workload.append(WorkloadOp("condition", workload.name, queueing.condition(
+                "Finished", True, reason, str(p.plan.status.get("message") or reason), now)))
+        return
+    ready = {pod.name for pod in p.live if pod.ready or pod.phase == "Succeeded"}
+    wanted = queueing.pods_ready_condition(workload, all(name in ready for name in p.wanted))
+    if wanted is not None:
+        p.plan.workload.append(WorkloadOp("condition", workload.name, queueing.condition(
+            "PodsReady", wanted[0] == "True", wanted[1], wanted[2], now)))
+
+
+def pause(p: Pass, active: bool) -> None:
+    """runPolicy.suspend wins over Kueue: a suspended job's Workload is deactivated (its quota
+    goes back) and activated again on resume."""
+    workload = p.workload
+    if workload is None:
+        return
+    if workload.active != active:
+        p.plan.workload.append(WorkloadOp("active", workload.name, {"active": active}))
+    if not active:
+        hand_back(p, workload)

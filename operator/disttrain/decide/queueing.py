@@ -1,0 +1,212 @@
+"""Kueue: a job labelled `kueue.x-k8s.io/queue-name` is queued. The operator manages a Kueue
+Workload for it (as Kueue's own job integrations do, from outside Go), makes no pod until Kueue
+admits it, and keeps the Workload's status in step with the job (docs/api.md, "Queueing").
+
+Facts of Kueue v0.19.2 this follows: the Workload API is kueue.x-k8s.io/v1beta2 (v1beta1 is
+served too, but converted only through a webhook); one podSet per replica type, each with a pod
+template and a count; an admission names a ResourceFlavor per resource of each podSet, whose
+nodeLabels and tolerations go to that podSet's pods; an evicted Workload keeps its quota until its
+job has stopped and the job clears the admission itself; a Workload marked Finished releases its
+quota at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from disttrain.api.constants import API_VERSION, JOB_NAME_LABEL, KIND
+from disttrain.api.objects import JobRef, controller_uid, object_meta
+from disttrain.api.spec import JobSpec
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+PODSETS_HASH = "disttrain.dev/podsets-hash"  # the spec a Workload was made from (replaced if it changes)
+
+
+@dataclass(frozen=True)
+class ObservedWorkload:
+    name: str
+    uid: str
+    owner_uid: str
+    podsets_hash: str
+    active: bool
+    conditions: Mapping[str, Mapping[str, Any]]  # by type
+    assignments: Mapping[str, Mapping[str, str]]  # podSet name -> resource -> flavor
+    resource_version: str = ""
+    cluster_queue: str = ""
+
+    def true(self, ctype: str) -> bool:
+        return (self.conditions.get(ctype) or {}).get("status") == "True"
+
+    def said(self, ctype: str) -> str:
+        cond = self.conditions.get(ctype) or {}
+        return str(cond.get("message") or cond.get("reason") or "")
+
+    @property
+    def admitted(self) -> bool:
+        return self.true("Admitted") and not self.true("Evicted") and not self.true("Finished")
+
+
+@dataclass(frozen=True)
+class Flavor:
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What the controller read for a queued job: its Workload (if any), the flavors of its
+    admission, and the priority its WorkloadPriorityClass gives."""
+
+    queue: str
+    workload: ObservedWorkload | None = None
+    flavors: Mapping[str, Flavor] = field(default_factory=dict)
+    priority: tuple[str, int] | None = None  # (WorkloadPriorityClass, its value)
+    unreadable: str | None = None  # a flavor or priority class that could not be read: pods and Workload wait
+
+
+def queue_name(labels: Mapping[str, str]) -> str | None:
+    return labels.get(QUEUE_LABEL) or None
+
+
+def workload_name(job: JobRef) -> str:
+    """Kueue's own naming: `<kind>-<job>-<hash of the job's identity>`, so a job applied again under
+    the same name gets a Workload of its own."""
+    digest = hashlib.sha1(f"{KIND}\n{API_VERSION}\n{job.name}\n{job.uid}".encode()).hexdigest()[:5]
+    return f"{KIND.lower()}-{job.name}"[:247] + f"-{digest}"
+
+
+def pod_sets(spec: JobSpec) -> list[dict[str, Any]]:
+    """One podSet per replica type: what each pod asks of the scheduler (Kueue reads resources,
+    node selectors, affinities and tolerations; metadata may hold labels and annotations only)."""
+    sets = []
+    for rtype, replica in spec.replicas.items():
+        meta = replica.template.get("metadata") or {}
+        template: dict[str, Any] = {"spec": dict(replica.template.get("spec") or {})}
+        kept = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
+        if kept:
+            template["metadata"] = kept
+        sets.append({"name": str(rtype), "count": replica.replicas, "template": template})
+    return sets
+
+
+def podsets_hash(sets: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(sets, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def desired_workload(job: JobRef, spec: JobSpec, state: QueueState) -> dict[str, Any]:
+    sets = pod_sets(spec)
+    meta = object_meta(job, workload_name(job), {JOB_NAME_LABEL: job.name, JOB_UID_LABEL: job.uid})
+    meta["annotations"] = {PODSETS_HASH: podsets_hash(sets)}
+    workload_spec: dict[str, Any] = {"queueName": state.queue, "podSets": sets, "active": True}
+    if state.priority is not None:
+        name, value = state.priority
+        meta["labels"][PRIORITY_LABEL] = name
+        workload_spec["priorityClassRef"] = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": name}
+        workload_spec["priority"] = value
+    return {"apiVersion": KUEUE_API, "kind": "Workload", "metadata": meta, "spec": workload_spec}
+
+
+def observe_workload(body: Mapping[str, Any]) -> ObservedWorkload:
+    meta, spec, status = body.get("metadata") or {}, body.get("spec") or {}, body.get("status") or {}
+    admission = status.get("admission") or {}
+    return ObservedWorkload(
+        name=str(meta.get("name", "")), uid=str(meta.get("uid", "")), owner_uid=controller_uid(meta),
+        podsets_hash=str((meta.get("annotations") or {}).get(PODSETS_HASH, "")),
+        active=spec.get("active") is not False,
+        conditions={c["type"]: c for c in status.get("conditions") or [] if "type" in c},
+        assignments={a["name"]: dict(a.get("flavors") or {}) for a in admission.get("podSetAssignments") or []},
+        resource_version=str(meta.get("resourceVersion", "")),
+        cluster_queue=str(admission.get("clusterQueue") or ""),
+    )
+
+
+def placement(workload: ObservedWorkload, podset: str, flavors: Mapping[str, Flavor]) -> Flavor:
+    """The node labels and tolerations of every flavor the podSet was admitted to."""
+    labels: dict[str, str] = {}
+    tolerations: list[Mapping[str, Any]] = []
+    for name in sorted(set((workload.assignments.get(podset) or {}).values())):
+        flavor = flavors.get(name) or Flavor()
+        labels |= dict(flavor.node_labels)
+        tolerations += [t for t in flavor.tolerations if t not in tolerations]
+    return Flavor(labels, tolerations)
+
+
+def place(pod: Mapping[str, Any], where: Flavor) -> tuple[dict[str, Any], str | None]:
+    """The pod with the admission's node labels in its nodeSelector and its tolerations added; or
+    why not: a nodeSelector of its own that says otherwise."""
+    out = dict(pod)
+    pod_spec = dict(out["spec"])
+    selector = dict(pod_spec.get("nodeSelector") or {})
+    for key, value in where.node_labels.items():
+        if key in selector and selector[key] != value:
+            return out, (f"the pod template's nodeSelector {key}={selector[key]} conflicts with the ResourceFlavor "
+                         f"Kueue admitted it to ({key}={value})")
+        selector[key] = value
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    existing = list(pod_spec.get("tolerations") or [])
+    added = [dict(t) for t in where.tolerations if t not in existing]
+    if added:
+        pod_spec["tolerations"] = existing + added
+    out["spec"] = pod_spec
+    meta = dict(out["metadata"])
+    meta["labels"] = {k: v for k, v in (meta.get("labels") or {}).items() if k != QUEUE_LABEL}
+    out["metadata"] = meta
+    return out, None
+
+
+def condition(ctype: str, status: bool, reason: str, message: str, now: str) -> dict[str, Any]:
+    return {"type": ctype, "status": "True" if status else "False", "reason": reason, "message": message,
+            "lastTransitionTime": now}
+
+
+# Kueue v0.19.2's jobframework generatePodsReadyCondition: its reasons and messages.
+NOT_READY = "Not all pods are ready or succeeded"
+RECOVERING = "At least one pod has failed, waiting for recovery"
+READY = "All pods reached readiness and the workload is running"
+
+
+def pods_ready_condition(workload: ObservedWorkload, all_ready: bool) -> tuple[str, str, str] | None:
+    """(status, reason, message) of the PodsReady condition the Workload should carry, as Kueue's
+    own integrations set it: without it going False, waitForPodsReady's timeout and recovery never
+    fire for a job that lost a pod or was evicted. None when there is nothing to write: it carries
+    that status and reason already, or it has none and the pods aren't ready."""
+    current = workload.conditions.get("PodsReady") or {}
+    if not current and not all_ready:
+        return None  # absent reads as not ready to Kueue (its timeout counts from admission): no write
+    wanted = _pods_ready(workload, all_ready, current)
+    return None if (current.get("status"), current.get("reason")) == wanted[:2] else wanted
+
+
+def _pods_ready(workload: ObservedWorkload, all_ready: bool, current: Mapping[str, Any]) -> tuple[str, str, str]:
+    if not workload.admitted or workload.true("Evicted"):
+        return "False", "WaitForStart", NOT_READY
+    if all_ready:
+        return "True", "Recovered" if current.get("reason") in ("WaitForRecovery", "Recovered") else "Started", READY
+    if current.get("status") == "True" or current.get("reason") == "WaitForRecovery":
+        return "False", "WaitForRecovery", RECOVERING
+    return "False", "WaitForStart", NOT_READY
+
+
+def released_admission(workload: ObservedWorkload, now: str) -> dict[str, Any]:
+    """The status of an evicted Workload once its job has stopped: the admission cleared, so Kueue
+    takes the quota back and queues it again (as Kueue's own job integrations do). Requeued is
+    True for a preemption or lost nodes; other evictions (a timeout, a deactivation) Kueue requeues
+    itself when their cause passes."""
+    evicted = workload.conditions.get("Evicted") or {}
+    reason, message = str(evicted.get("reason") or "Evicted"), str(evicted.get("message") or "")
+    updates = {
+        "Requeued": condition("Requeued", reason in ("Preempted", "NodeFailures"), reason, message, now),
+        "QuotaReserved": condition("QuotaReserved", False, "Pending", message, now),
+        "Admitted": condition("Admitted", False, "NoReservation", "The workload has no reservation", now),
+        "PodsReady": condition("PodsReady", False, "WaitForStart", NOT_READY, now),
+    }
+    kept = [c for t, c in workload.conditions.items() if t not in updates]
+    return {"admission": None, "conditions": kept + list(updates.values())}

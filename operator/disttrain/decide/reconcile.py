@@ -1,0 +1,248 @@
+"""One reconcile: the job and the pods observed now -> the writes that move it forward.
+
+A pure function. The controller reads the job and its pods from in-memory indexes, calls
+`reconcile`, and carries out the returned `Plan`. The decisions are a ladder of named steps, each
+asking one policy (`disttrain.decide.policies`) and stopping the ladder once the job's fate for this pass
+is decided:
+
+    finished?   -> clean up, delete after the TTL
+    suspended?  -> delete the pods, phase Suspended
+    otherwise   -> resume, then: deadline, success, fatal failure, restart, kubelet backoff, start
+
+Only the job's own pods count: those whose controller reference carries its UID. Pods of an
+earlier job of the same name (deleted, its pods not yet collected) are waited out, never counted.
+Pod names are deterministic (`<job>-<type>-<index>`), so a repeated create is refused by the API
+server rather than duplicating a pod.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+
+from disttrain.api.observed import ObservedPod
+from disttrain.api.spec import GangProvider, ReplicaType, RestartScope
+from disttrain.api.status import FINISHED, Phase, set_condition, timestamp
+from disttrain.build import gang, mpi
+from disttrain.build.desired import job_pod, supporting_objects
+from disttrain.decide import queue_steps
+from disttrain.decide.passes import JobState, Pass
+from disttrain.decide.plan import Event, Plan
+from disttrain.decide.policies import cleanup, deadline, failure, startup, success, ttl, waiting
+from disttrain.decide.reasons import Reason
+
+# How often a gang whose group must be admitted first (Volcano) looks at it again.
+GROUP_POLL_SECONDS = 2.0
+
+
+def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime,
+              ssh_keys: mpi.SSHKeys | None = None) -> Plan:
+    """`ssh_keys`: for an MPI job, the key pair its Secret gets if the Secret must be made."""
+    p = Pass(job, pods, now, ssh_keys)
+    if p.phase in FINISHED:
+        p.plan.delete = cleanup.pods_to_clean(p.spec.run_policy.clean_pod_policy, p.live)
+        p.release_group()
+    elif p.spec.run_policy.suspend:
+        suspend(p)
+    else:
+        resume_if_suspended(p)
+        (queue_steps.hold_in_queue(p) or choose_gang_provider(p) or fail_past_deadline(p) or succeed(p)
+         or fail_fatally(p) or restart_failed(p) or fail_kubelet_backoff(p) or start(p))
+    queue_steps.report(p)
+    delete_after_ttl(p)
+    return p.summarize()
+
+
+# -- the steps ---------------------------------------------------------------------------------
+
+
+def suspend(p: Pass) -> None:
+    p.plan.delete = list(p.live)
+    p.release_group()
+    queue_steps.pause(p, active=False)
+    if p.phase is not Phase.SUSPENDED:
+        p.move(Phase.SUSPENDED, Reason.JOB_SUSPENDED, "runPolicy.suspend is true: the job's pods are deleted")
+
+
+def resume_if_suspended(p: Pass) -> None:
+    if p.phase is Phase.SUSPENDED:
+        # Start afresh, and the deadline counts from now (as a Kubernetes Job does).
+        p.move(Phase.PENDING, Reason.JOB_RESUMED, "runPolicy.suspend is false again: starting afresh")
+        p.plan.status["startTime"] = timestamp(p.now)
+    queue_steps.pause(p, active=True)
+    if p.job.queue is None:  # a queued job starts when admitted
+        p.plan.status.setdefault("startTime", timestamp(p.now))
+
+
+def choose_gang_provider(p: Pass) -> bool:
+    """A gang job's provider, chosen once (from what the cluster serves) and kept in its status."""
+    settings = p.spec.run_policy.scheduling.gang
+    if settings is None or p.provider is not None:
+        return False
+    provider = gang.choose(settings, p.job.gang_apis, p.spec.run_policy.scheduling.scheduler_name)
+    if provider is None:
+        return p.finish(Phase.FAILED, Reason.GANG_UNAVAILABLE, (
+            f"runPolicy.scheduling.gang.provider {settings.provider.value}: this cluster serves no "
+            f"{'gang-scheduling API' if settings.provider is GangProvider.AUTO else 'API of that provider'} "
+            f"({', '.join(f'{a} PodGroup' for a in gang.API.values())})"))
+    conflict = gang.scheduler_conflict(p.spec, provider)
+    if conflict is not None:
+        return p.finish(Phase.FAILED, Reason.INVALID_SPEC, conflict)
+    size = gang.min_available(p.spec, settings)
+    p.plan.status["gang"] = {"provider": provider.value, "podGroup": gang.group_name(p.job.ref.name),
+                             "minAvailable": size}
+    how = "chosen by Auto from the APIs this cluster serves" if settings.provider is GangProvider.AUTO else "asked for"
+    p.plan.events.append(Event("Normal", Reason.GANG_SCHEDULING, (
+        f"{size} pods are scheduled together by {provider.value} ({gang.API[provider]} PodGroup "
+        f"{gang.group_name(p.job.ref.name)}; {how})")))
+    return False
+
+
+def fail_past_deadline(p: Pass) -> bool:
+    remaining = deadline.deadline_remaining(p.spec.run_policy, p.plan.status.get("startTime"), p.now)
+    if remaining is None:
+        return False
+    if remaining > 0:
+        p.plan.requeue_within(remaining)
+        return False
+    message = deadline.deadline_message(p.spec.run_policy)
+    if p.plan.status.get("reason") == Reason.WAITING_FOR_GANG:
+        message += f"; its gang was never scheduled: {p.plan.status.get('message')}"
+    return p.finish(Phase.FAILED, Reason.DEADLINE_EXCEEDED, message)
+
+
+def succeed(p: Pass) -> bool:
+    message = success.success_message(p.spec, p.own)
+    return message is not None and p.finish(Phase.SUCCEEDED, Reason.JOB_SUCCEEDED, message)
+
+
+def judged_failures(p: Pass) -> list[ObservedPod]:
+    """The failed pods (`Pass.failed`) to judge now. An MPI launcher's failure is its workers' when one of them
+    failed or is going too, and a synchronous job's pod that ended by its own verdict is a killed peer's
+    when one was; each waits a moment for theirs otherwise (failure.PEER_GRACE)."""
+    judged = []
+    for pod in p.failed:
+        if failure.caused_by_a_peer(p.spec, pod, p.own):
+            continue
+        if (left := failure.grace_left(p.spec, pod, p.now)) > 0:
+            p.plan.requeue_within(left)
+            continue
+        judged.append(pod)
+    return judged
+
+
+def fail_fatally(p: Pass) -> bool:
+    message = failure.fatal_failure(p.spec, judged_failures(p))
+    return message is not None and p.finish(Phase.FAILED, Reason.REPLICA_FAILED, message)
+
+
+def restart_failed(p: Pass) -> bool:
+    """Retryable failures, and pods gone from a running job: deleted from under it by a user, a
+    drain or a node going away (the operator itself deletes pods only as it leaves Running)."""
+    failed = judged_failures(p)
+    present = {pod.name for pod in p.live} | {pod.name for pod in p.failed}
+    lost = [name for name in p.wanted if name not in present] if p.phase is Phase.RUNNING else []
+    decision = failure.restart(p.spec, p.restarts_so_far, p.kubelet_restarts, failed, lost)
+    if decision is None:
+        return False
+    if decision.give_up:
+        return p.finish(Phase.FAILED, decision.reason, decision.message)
+    p.plan.status["operatorRestarts"] = decision.restarts
+    # A disrupted pod is already being deleted; deleting it again names it in deletedPods, so it
+    # is not judged again while its node keeps it Terminating.
+    p.plan.delete = [*p.live, *(pod for pod in failed if pod.terminating)] if decision.whole_job else failed
+    if decision.whole_job:
+        p.release_group()
+        # `Created` belongs to the attempt: the next one has no pod yet.
+        p.plan.status["conditions"] = set_condition(
+            list(p.plan.status.get("conditions") or []), "Created", False, decision.reason,
+            "the attempt's pods are deleted for a whole-job restart", timestamp(p.now))
+    p.move(Phase.RESTARTING, decision.reason, decision.message, warning=True)
+    return True
+
+
+def fail_kubelet_backoff(p: Pass) -> bool:
+    message = failure.kubelet_backoff_exceeded(p.spec, p.restarts_so_far, p.kubelet_restarts)
+    return message is not None and p.finish(Phase.FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, message)
+
+
+def start(p: Pass) -> bool:
+    """Create what is missing, then say where the job stands."""
+    create_missing(p)
+    if p.spec.mpi is not None:
+        p.plan.keep_current.append(mpi.desired_config_map(p.job.ref, p.spec.mpi, running_workers(p)))
+    present = {pod.name for pod in p.own}
+    if all(name in present for name in p.wanted) and not any(pod.terminating for pod in p.own):
+        p.plan.status["conditions"] = set_condition(
+            list(p.plan.status.get("conditions") or []), "Created", True, Reason.PODS_CREATED,
+            f"created {len(p.wanted)} pods", timestamp(p.now))
+    explain_waiting(p)
+    running = {pod.name for pod in p.live if pod.phase in ("Running", "Succeeded")}
+    # A failed pod reaching this step awaits its judgment (an MPI launcher's grace): not a change.
+    unjudged = {pod.name for pod in p.failed}
+    if all(name in running for name in p.wanted):
+        if p.phase is not Phase.RUNNING:
+            p.move(Phase.RUNNING, Reason.ALL_PODS_RUNNING, f"all {len(p.wanted)} pods are running")
+    elif p.phase is Phase.RUNNING and not all(name in running or name in unjudged for name in p.wanted):
+        # A pod is back to Pending without our restart (replaced behind our back): say so.
+        p.move(Phase.RESTARTING, Reason.PODS_NOT_RUNNING, "some pods are not running", warning=True)
+    return True
+
+
+def create_missing(p: Pass) -> None:
+    """After a whole-job restart, nothing is created until every old pod is gone: a new worker
+    must not meet an old peer still shutting down. The same while an earlier job of this name
+    still holds one of the names (garbage collection is removing its pods): this job's pods start
+    together, afresh. A gang's group comes first; Volcano's must be in its queue before pods."""
+    if p.spec.run_policy.restart_scope is RestartScope.JOB and any(pod.terminating for pod in p.own):
+        return
+    if waiting.blocked_names(list(p.wanted), p.own, p.foreign):
+        return
+    present = {pod.name for pod in p.own}
+    to_create = [key for name, key in p.wanted.items()
+                 if name not in present and startup.may_start(p.spec, key, p.live)]
+    if not to_create:
+        return
+    p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider))
+    if p.provider is not None and not gang.admitted(p.provider, p.job.group):
+        p.plan.requeue_within(GROUP_POLL_SECONDS)  # its phase is read, not watched
+        return
+    for key in to_create:
+        pod = queue_steps.place(p, key, job_pod(p.job.ref, p.spec, key, p.provider))
+        if pod is None:  # the admission contradicts the template: the job has failed
+            p.plan.create = []
+            return
+        p.plan.create.append(pod)
+
+
+def explain_waiting(p: Pass) -> None:
+    """A pending job says what it waits for in `message` (no event: nothing has happened yet); a
+    running one says which of its containers is stuck, and stops once none is."""
+    if p.phase is Phase.PENDING:
+        found = waiting.why_waiting(p.job.ref.name, p.spec, list(p.wanted), p.own, p.foreign, p.provider,
+                                    p.job.group)
+    elif p.phase in (Phase.RUNNING, Phase.RESTARTING):
+        found = waiting.pod_trouble(p.live)
+        if found is None and p.phase is Phase.RUNNING and p.plan.status.get("reason") in waiting.POD_TROUBLE:
+            p.plan.status["reason"] = Reason.ALL_PODS_RUNNING.value
+            p.plan.status["message"] = f"all {len(p.wanted)} pods are running"
+    else:
+        return
+    if found is not None:
+        p.plan.status["reason"], p.plan.status["message"] = found.reason.value, found.message
+
+
+def running_workers(p: Pass) -> list[int]:
+    return sorted(pod.index for pod in p.live if pod.replica_type == ReplicaType.WORKER and pod.phase == "Running")
+
+
+def delete_after_ttl(p: Pass) -> None:
+    if Phase(p.plan.status.get("phase") or Phase.PENDING) not in FINISHED:
+        return
+    remaining = ttl.ttl_remaining(p.spec.run_policy, p.plan.status.get("completionTime"), p.now)
+    if remaining is None:
+        return
+    if remaining <= 0:
+        p.plan.delete_job = True
+    else:
+        p.plan.requeue_within(remaining)

@@ -1,0 +1,1 @@
+"""The operator as a process: leader election, start-up checks, metrics, the clock."""

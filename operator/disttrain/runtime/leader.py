@@ -1,0 +1,188 @@
+"""Leader election on a coordination.k8s.io Lease, as client-go controllers do it.
+
+With several replicas only the Lease holder runs the operator; the others wait and take the
+Lease once it has not been renewed for its duration. A holder that cannot renew in time exits
+(its pod restarts and queues up as a standby) rather than risk two active operators.
+
+kopf's own peering was tried first and dropped: replicas with equal priorities all pause, and
+in our tests a second replica often saw no peering events for a minute or more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from disttrain.apiserver.rest import ApiError, Endpoint, Rest, path
+from disttrain.apiserver.retries import TRANSIENT
+from disttrain.runtime.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
+LEASES = "coordination.k8s.io/v1"
+
+
+class LeaseAPI(Protocol):
+    """Reads and compare-and-swap writes of one Lease (`CoordinationLeases`; a fake in tests)."""
+
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    async def create(self, namespace: str, body: dict[str, Any]) -> bool: ...
+    async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> bool: ...
+
+
+class CoordinationLeases:
+    """LeaseAPI over the coordination.k8s.io/v1 API: False from a write means another replica
+    wrote first (409)."""
+
+    def __init__(self, rest: Rest) -> None:
+        self.rest = rest
+
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            lease: dict[str, Any] = await self.rest.request("GET", path(LEASES, "leases", namespace, name))
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        return lease
+
+    async def create(self, namespace: str, body: dict[str, Any]) -> bool:
+        return await self._unless_conflict("POST", path(LEASES, "leases", namespace), body)
+
+    async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
+        return await self._unless_conflict("PUT", path(LEASES, "leases", namespace, name), body)
+
+    async def _unless_conflict(self, method: str, url_path: str, body: dict[str, Any]) -> bool:
+        try:
+            await self.rest.request(method, url_path, body=body)
+        except ApiError as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
+
+
+def _micro(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime(MICRO)
+
+
+class LeaseElector:
+    def __init__(self, namespace: str, name: str, identity: str, duration: int = 15,
+                 clock: Clock | None = None) -> None:
+        self.namespace, self.name, self.identity, self.duration = namespace, name, identity, duration
+        self.clock: Clock = clock or SystemClock()
+        # When (monotonic) we sent our last write that went through: a standby may take over
+        # one duration after it saw that write.
+        self.renewed_at: float | None = None
+        # The other holder's record as last read, and when (monotonic) we first saw it so: the
+        # Lease's times are the holder's wall clock, which ours may disagree with by any amount.
+        # As client-go's LeaderElector: a record unchanged for a duration of our time has expired.
+        self.observed: tuple[Any, ...] | None = None
+        self.observed_at = 0.0
+
+    async def try_hold(self, leases: LeaseAPI) -> bool:
+        """One attempt to take or keep the Lease; True if we hold it afterwards."""
+        sent = self.clock.monotonic()
+        held = await self._try_hold(leases, self.clock.now())
+        if held:
+            self.renewed_at = sent
+        return held
+
+    def _expired(self, lease: dict[str, Any]) -> bool:
+        """Whether the record has stayed the same for its duration, by this process's clock."""
+        spec = lease.get("spec") or {}
+        version = (lease.get("metadata") or {}).get("resourceVersion")
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), version)
+        now = self.clock.monotonic()
+        if record != self.observed:
+            self.observed, self.observed_at = record, now
+        return now - self.observed_at > int(spec.get("leaseDurationSeconds") or self.duration)
+
+    async def _try_hold(self, leases: LeaseAPI, now: datetime.datetime) -> bool:
+        lease = await leases.read(self.namespace, self.name)
+        if lease is None:
+            return await leases.create(self.namespace, {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration,
+                         "acquireTime": _micro(now), "renewTime": _micro(now), "leaseTransitions": 0}})
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        if holder not in (self.identity, None, "") and not self._expired(lease):
+            return False
+        new_spec = dict(spec, holderIdentity=self.identity, leaseDurationSeconds=self.duration,
+                        renewTime=_micro(now))
+        if holder != self.identity:
+            new_spec.update(acquireTime=_micro(now), leaseTransitions=int(spec.get("leaseTransitions") or 0) + 1)
+        # The resourceVersion in the body read makes this a compare-and-swap: of two replicas
+        # taking an expired Lease at once, one wins.
+        return await leases.replace(self.namespace, self.name, dict(lease, spec=new_spec))
+
+    async def acquire(self, leases: LeaseAPI, retry_seconds: float = 2) -> None:
+        announced = False
+        while True:
+            try:
+                if await self.try_hold(leases):
+                    log.info("became the leader (Lease %s/%s) as %s", self.namespace, self.name, self.identity)
+                    return
+            except ApiError as err:
+                log.warning("leader election: %s", err)
+            except TRANSIENT as err:  # the API server restarting or unreachable: a standby waits it out
+                log.warning("leader election: %s: %s", type(err).__name__, err)
+            if not announced:
+                log.info("standing by: another replica holds Lease %s/%s", self.namespace, self.name)
+                announced = True
+            await asyncio.sleep(retry_seconds)
+
+    async def keep(self, leases: LeaseAPI) -> None:
+        """Renew every third of the duration; return (the caller exits) once the Lease is lost,
+        or two thirds of its duration after the renewTime of our last renewal that went through.
+
+        Counted from that renewTime (taken before the request was sent), not from when the
+        answer came, and each try is cut off at that deadline: with etcd paused a renewal hangs
+        for as long as the pause, and one that went through late, counted from its answer, kept
+        a replica leading past the moment its standby took over (`make chaos`, two replicas
+        through an etcd pause: an overlap of a millisecond)."""
+        give_up_after = self.duration * 2 / 3
+        while True:
+            await asyncio.sleep(self.duration / 3)
+            deadline = (self.renewed_at or self.clock.monotonic()) + give_up_after
+            try:
+                left = deadline - self.clock.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no renewal in {give_up_after:.0f}s")
+                if await asyncio.wait_for(self.try_hold(leases), timeout=left):
+                    continue
+                log.error("lost Lease %s/%s to another replica: exiting", self.namespace, self.name)
+                return
+            except Exception as err:  # the API server restarting, unreachable or hanging: retried below
+                log.warning("renewing Lease %s/%s failed: %s: %s", self.namespace, self.name, type(err).__name__, err)
+                if self.clock.monotonic() < deadline:
+                    continue
+                log.error("could not renew Lease %s/%s in time: exiting", self.namespace, self.name)
+                return
+
+
+def lead(namespace: str, name: str, identity: str, login: Callable[[], Endpoint], duration: int = 15) -> None:
+    """Block until this process holds the Lease, then keep it renewed from a daemon thread, which
+    ends the process the moment the Lease is lost: nothing graceful, another replica may
+    already be acting."""
+    elector = LeaseElector(namespace, name, identity, duration)
+
+    async def run(step: str) -> None:
+        async with Rest(login, max_connections=4) as rest:
+            leases = CoordinationLeases(rest)
+            await (elector.acquire(leases) if step == "acquire" else elector.keep(leases))
+
+    asyncio.run(run("acquire"))
+
+    def keep_or_exit() -> None:
+        asyncio.run(run("keep"))
+        os._exit(1)
+
+    threading.Thread(target=keep_or_exit, name="lease-renewal", daemon=True).start()

@@ -1,0 +1,27 @@
+"""Prometheus metrics of the operator (served by `disttrain run --metrics-port`)."""
+
+from prometheus_client import Counter, Histogram
+
+from disttrain.decide.reasons import FAILURES, RESTARTS, Reason
+from disttrain.runtime.job_gauges import JobGauges
+
+JOBS = Counter("disttrain_job_transitions_total", "Job phase transitions, by reason", ["reason"])
+JOBS_CREATED = Counter("disttrain_jobs_created_total", "Jobs the operator started")
+JOBS_SUCCEEDED = Counter("disttrain_jobs_succeeded_total", "Jobs that succeeded")
+JOBS_FAILED = Counter("disttrain_jobs_failed_total", "Jobs that failed")
+JOBS_RESTARTED = Counter("disttrain_jobs_restarted_total", "Pod- or job-level restarts the operator made")
+PODS_CREATED = Counter("disttrain_pods_created_total", "Pods the operator created")
+PODS_DELETED = Counter("disttrain_pods_deleted_total", "Pods the operator deleted")
+RECONCILE_SECONDS = Histogram("disttrain_reconcile_duration_seconds", "Time of one reconcile, API writes included")
+# Per job (phase, pods ready and wanted, restarts, time to running), set from the jobs' watch events.
+JOB_GAUGES = JobGauges()
+
+
+def count_transition(reason: Reason) -> None:
+    JOBS.labels(reason=reason.value).inc()
+    if reason is Reason.JOB_SUCCEEDED:
+        JOBS_SUCCEEDED.inc()
+    elif reason in RESTARTS:
+        JOBS_RESTARTED.inc()
+    elif reason in FAILURES:
+        JOBS_FAILED.inc()

@@ -1,0 +1,67 @@
+"""What the operator checks once at start-up: the Kubernetes version it needs, and that the API
+server serves its CRD.
+
+The CRD's validation rules (CEL, with `reason` and `fieldPath`) and the server-side apply the
+operator writes with are served from Kubernetes 1.30. The Helm chart can't insist on that when it
+is rendered offline (helm template, GitOps tools: helm's placeholder version is v1.20), so the
+operator says it instead, before doing anything, in a line that names both versions."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from disttrain.api.constants import GROUP, PLURAL, VERSION
+from disttrain.apiserver.rest import ApiError, Endpoint, Rest
+
+MINIMUM = (1, 30)
+
+
+def server_version(info: Mapping[str, str]) -> tuple[int, int] | None:
+    """(major, minor) of an API server's /version answer; None if it can't be read. Managed
+    clusters write minor as "29+" (GKE, EKS): the digits count."""
+    major = re.match(r"\d+", str(info.get("major", "")))
+    minor = re.match(r"\d+", str(info.get("minor", "")))
+    if major and minor:
+        return int(major.group()), int(minor.group())
+    found = re.match(r"v?(\d+)\.(\d+)", str(info.get("gitVersion", "")))
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def version_problem(info: Mapping[str, str]) -> str | None:
+    """Why the operator can't run against this API server, or None if it can."""
+    version = server_version(info)
+    if version is None or version >= MINIMUM:
+        return None  # an unreadable version is let through: the API calls will say more than we can
+    return (f"disttrain needs Kubernetes {MINIMUM[0]}.{MINIMUM[1]} or later (CRD validation rules in CEL, "
+            f"server-side apply); this API server runs {info.get('gitVersion') or '.'.join(map(str, version))}")
+
+
+async def check_kubernetes_version(login: Callable[[], Endpoint]) -> str | None:
+    """Ask the API server its version: the problem, if it is too old."""
+    async with Rest(login, max_connections=1) as rest:
+        info = await rest.request("GET", "/version")
+    return version_problem(info)
+
+
+async def wait_for_crd(log: Any, login: Callable[[], Endpoint], interval: float = 1.0) -> None:
+    """Until the API server serves DistTrainJobs. kopf resolves its resources when it starts and
+    did not pick up a CRD that became established a moment later (seen: an operator started right
+    after `kubectl apply` of the CRD never reconciled a job)."""
+    async with Rest(login, max_connections=2) as rest:
+        said = False
+        while True:
+            try:
+                found = await rest.request("GET", f"/apis/{GROUP}/{VERSION}")
+                if any(r.get("name") == PLURAL for r in found.get("resources") or ()):
+                    return
+            except ApiError as err:
+                if err.status not in (403, 404, 503):
+                    raise
+            if not said:
+                log.warning("waiting for the API server to serve %s.%s/%s (is the CRD installed?)", PLURAL, GROUP,
+                            VERSION)
+                said = True
+            await asyncio.sleep(interval)
