@@ -100,7 +100,8 @@ class Controller:
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return None
-        body = status_writes.with_own_status(self.statuses.get(key), body)
+        # Decoded once for the pass (the index may hold it as JSON: watch/handlers.py, HeldJob).
+        body = status_writes.with_own_status(self.statuses.get(key), dict(body))
         ref = JobRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
         if self.uids.get(key) not in (None, ref.uid):
             self._forget(key)  # deleted and made again under the same name
