@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-OUTPUT = REPO / "operator" / "disttrain" / "schema" / "podtemplatespec.json"
+OUTPUT = REPO / "operator" / "disttrain" / "api" / "schema" / "podtemplatespec.json"
 ROOT = "io.k8s.api.core.v1.PodTemplateSpec"
 INT_OR_STRING = {"io.k8s.apimachinery.pkg.util.intstr.IntOrString", "io.k8s.apimachinery.pkg.api.resource.Quantity"}
 # Keys of an OpenAPI schema that a CRD's structural schema may carry.
