@@ -30,6 +30,7 @@ from disttrain.control.groups import Groups
 from disttrain.control.queues import Queues
 from disttrain.control.ssh_keys import generate_ssh_keys
 from disttrain.control.teardown import Namespaces
+from disttrain.control.telling import Telling
 from disttrain.control.tombstones import RESYNC_SECONDS, Tombstones, resync_forever
 from disttrain.control.workqueue import WorkQueue
 from disttrain.decide import create_refusals
@@ -63,7 +64,7 @@ class Controller:
         self.uids: dict[JobKey, str] = {}
         self.statuses: dict[JobKey, status_writes.WrittenStatus] = {}
         self.refusals: dict[JobKey, create_refusals.Refusal] = {}
-        self.retried: dict[JobKey, tuple[str, float]] = {}  # the last failure told in an event, and when
+        self.telling = Telling(kube, self.clock)
         self.groups = Groups(kube, self.clock)
         self.queues = Queues(kube, self.clock)
         self.namespaces = Namespaces(kube, self.clock)
@@ -139,8 +140,9 @@ class Controller:
 
     def _forget(self, key: JobKey) -> None:
         """The job is gone: drop everything remembered for it."""
-        for memory in (self.expectations, self.statuses, self.refusals, self.retried):
+        for memory in (self.expectations, self.statuses, self.refusals):
             memory.pop(key, None)
+        self.telling.forget(key)
         self.tombstones.forget(key)
         self.queue.forget(key)
         uid = self.uids.pop(key, None)
@@ -168,11 +170,17 @@ class Controller:
                      plan: Plan) -> float | None:
         if not await self._write_status(key, ref, body, plan):
             return 1.0  # someone else wrote the job meanwhile: its event re-queues it (the timer: a safety net)
-        # The transitions just written are told at once: whatever stops this pass below (a
-        # delete refused, Kueue's Conflict), they happened.
-        for event in plan.events:
-            await self._event(ref, event)
-            metrics.count_transition(event.reason)
+        # The transitions just written are told whatever stops this pass below (a delete refused,
+        # Kueue's Conflict): they happened. Told while the pass goes on, not before it: one round
+        # trip less per job (`make bench`, burst per-job latency), and the pass ends only once told.
+        telling = asyncio.ensure_future(self.telling.tell(ref, plan.events))
+        try:
+            return await self._act(key, ref, framework, body, plan)
+        finally:
+            await telling
+
+    async def _act(self, key: JobKey, ref: JobRef, framework: str, body: Mapping[str, Any],
+                   plan: Plan) -> float | None:
         exp = self._expectations(key, ref)
         await self._delete_pods(ref, exp, plan.delete)
 
@@ -281,20 +289,9 @@ class Controller:
         return None
 
     async def _retrying(self, key: JobKey, failure: Explained) -> None:
-        """A pass the API server failed (throttled, a server error, RBAC): the work queue retries it
-        with backoff; the job's events say so, once per new message (again after 5 minutes)."""
-        uid, last, now = self.uids.get(key), self.retried.get(key), self.clock.monotonic()
-        told = last is not None and last[0] == failure.what and now - last[1] < 300
-        if not failure.tell_the_job or uid is None or told:
-            return
-        self.retried[key] = (failure.what, now)
-        ref = JobRef(name=key[1], namespace=key[0], uid=uid)
-        await self._event(ref, Event("Warning", Reason.API_REQUEST_RETRIED, f"{failure.what}; retrying with backoff"))
+        uid = self.uids.get(key)
+        if uid is not None:
+            await self.telling.retrying(JobRef(name=key[1], namespace=key[0], uid=uid), failure)
 
     async def _event(self, ref: JobRef, event: Event) -> None:
-        # The same line in the operator's log: what happened to a job, in order, when events have expired.
-        log.info("%s/%s: %s: %s", ref.namespace, ref.name, event.reason, event.message)
-        try:
-            await self.kube.post_event(ref.namespace, ref.name, ref.uid, event.type, event.reason, event.message)
-        except Exception:  # an event lost must never stop the job
-            log.warning("could not post event %s for %s/%s", event.reason, ref.namespace, ref.name, exc_info=True)
+        await self.telling.event(ref, event)
