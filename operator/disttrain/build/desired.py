@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from disttrain.build import mpi, network, pods, scheduling, tensorflow
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.spec import GangProvider, JobSpec
+from disttrain.build import mpi, network, pods, scheduling, tensorflow
 
 
 def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | None = None) -> dict[str, Any]:

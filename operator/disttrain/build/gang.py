@@ -23,12 +23,12 @@ from typing import Any
 
 from disttrain.api import defaults
 from disttrain.api.constants import GROUP, KIND
-from disttrain.build.naming import job_labels
 from disttrain.api.objects import JobRef, PodKey, object_meta
 from disttrain.api.observed import ObservedPod
+from disttrain.api.spec import Gang, GangProvider, JobSpec, LauncherStart, ReplicaType
+from disttrain.build.naming import job_labels
 from disttrain.build.pods import desired_pod_keys
 from disttrain.build.resources import pod_requests
-from disttrain.api.spec import Gang, GangProvider, JobSpec, LauncherStart, ReplicaType
 
 SP_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"

@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from disttrain.build.naming import job_labels, pod_fqdn
 from disttrain.api.objects import JobRef, PodKey, object_meta
+from disttrain.api.spec import MPIImplementation, MPISpec, ReplicaType
+from disttrain.build.naming import job_labels, pod_fqdn
 from disttrain.build.pods import add_volumes
 from disttrain.build.resources import template_gpus
-from disttrain.api.spec import MPIImplementation, MPISpec, ReplicaType
 
 CONFIG_MOUNT = "/etc/mpi"
 HOSTFILE = "hostfile"

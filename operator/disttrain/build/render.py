@@ -7,13 +7,13 @@ from typing import Any
 
 import yaml
 
-from disttrain.build import gang
 from disttrain.api.constants import KIND
+from disttrain.api.objects import JobRef
+from disttrain.api.spec import GangProvider, JobSpec, parse_spec
+from disttrain.build import gang
 from disttrain.build.desired import job_pod, supporting_objects
 from disttrain.build.mpi import SSHKeys
-from disttrain.api.objects import JobRef
 from disttrain.build.pods import desired_pod_keys
-from disttrain.api.spec import GangProvider, JobSpec, parse_spec
 
 # `render` shows where the key goes, never a real key: the operator makes one per job.
 PLACEHOLDER_KEYS = SSHKeys(private="<a private key made for this job by the operator>",

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from disttrain.build import gang
 from disttrain.api.objects import JobRef
 from disttrain.api.spec import GangProvider, JobSpec
+from disttrain.build import gang
 
 
 def pod_fields(job: JobRef, spec: JobSpec, provider: GangProvider | None, pod: Mapping[str, Any]) -> dict[str, Any]:
