@@ -14,7 +14,7 @@ import pytest
 
 from support import ROOT
 
-OPERATOR_ONLY = ["kopf", "prometheus_client"]
+OPERATOR_ONLY = ["kopf", "prometheus_client", "msgspec"]
 
 
 def sh(*argv: str | Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -59,7 +59,8 @@ def test_the_light_install_is_the_client_logs_and_render(wheel: Path, tmp_path: 
 
 def test_the_operator_install_has_what_disttrain_run_needs(wheel: Path, tmp_path: Path) -> None:
     bin_ = venv(tmp_path / "operator", f"disttrain[operator] @ {wheel.as_uri()}")
-    sh(bin_ / "python", "-c", "import disttrain.watch.handlers, disttrain.control.ssh_keys, kopf, prometheus_client")
+    sh(bin_ / "python", "-c", "import disttrain.watch.handlers, disttrain.watch.pod_events, "
+       "disttrain.control.ssh_keys, kopf, prometheus_client")
     # The operator's process loads no Kubernetes client library (rest.py, __main__.CLIENT_LIBRARIES).
     loaded = sh(bin_ / "python", "-c", "from disttrain.__main__ import _keep_client_libraries_out as keep; keep(); "
                 "import sys, disttrain.watch.handlers; print(sorted({m.split('.')[0] for m in sys.modules "

@@ -111,9 +111,28 @@ def test_a_deleted_pod_counts_as_terminating_until_its_deletion_shows() -> None:
 def test_a_stale_status_write_is_retried_not_forced() -> None:
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
+        await h.run_then_kill()
         h.kube.conflicts = 1
         assert await h.reconcile() == 1.0
-        assert not h.kube.writes("create"), "nothing acted on from a stale read"
+        assert not h.kube.writes("delete"), "nothing acted on from a stale read"
+    run(scenario)
+
+
+def test_a_new_jobs_first_status_is_written_once_its_pods_are_made() -> None:
+    """Create, then status (as Kubernetes' Job controller): the first pass writes nothing before
+    its creates, and the next writes Pending with Created and the pods counted, in one write."""
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        assert await h.reconcile() == 0, "looked at again at once, to say what it made"
+        assert len(h.kube.writes("create")) == 3 and not h.kube.statuses
+        await h.reconcile()  # the watch has shown nothing yet: the pods are expected
+        assert len(h.kube.statuses) == 1
+        status = h.status()
+        assert status["phase"] == "Pending" and status["replicaStatuses"]["worker"]["active"] == 2
+        assert [c["type"] for c in status["conditions"] if c["status"] == "True"] == ["Created"]
+        h.watch(**RUNNING)
+        await h.reconcile()
+        assert [s["phase"] for s in h.kube.statuses] == ["Pending", "Running"]
     run(scenario)
 
 
@@ -138,6 +157,7 @@ def test_objects_of_an_earlier_job_of_the_same_name_are_waited_out() -> None:
         requeue = await h.reconcile()
         assert requeue is not None and requeue <= 1.0
         assert not [w for w in h.kube.writes("create") if w.startswith("Pod/")], "no pod before its Service is ours"
+        await h.reconcile()  # a new job's first status waits one pass for its creates (status_writes)
         assert h.status()["phase"] == "Pending"
         del h.kube.objects[("Service", "ml", "mnist")]  # garbage collection gets to it
         await h.reconcile()
@@ -171,7 +191,8 @@ def test_a_pod_create_refused_by_an_earlier_jobs_pod_waits_for_it() -> None:
         h = Harness(mwms_job("mnist", workers=2))
         h.kube.add({"kind": "Pod", "metadata": {"name": "mnist-worker-1", "namespace": "ml",
                                                 "ownerReferences": owned_by("DistTrainJob", "mnist", "uid-old")}})
-        await h.reconcile()  # its next event wakes the job: no requeue needed
+        await h.reconcile()
+        await h.reconcile()  # a new job's first status waits one pass for its creates (status_writes)
         assert h.status()["phase"] == "Pending" and h.status().get("reason") != "ObjectNotOwned"
         old = h.kube.objects[("Pod", "ml", "mnist-worker-1")]
         assert old["metadata"]["ownerReferences"][0]["uid"] == "uid-old", "the earlier job's pod is left alone"

@@ -39,13 +39,14 @@ class ScriptedAPI:
         self.requests: list[Mapping[str, str]] = []
         self.watched_from: list[str] = []
 
-    async def request(self, method: str, url_path: str, *, params: Mapping[str, str], **_: Any) -> Any:
+    async def request(self, method: str, url_path: str, *, params: Mapping[str, str], raw: bool = False,
+                      **_: Any) -> Any:
         self.requests.append(dict(params))
         pages = self.lists[0]
         page = pages.pop(0)
         if not pages:
             self.lists.pop(0)
-        return page
+        return json.dumps(page).encode() if raw else page
 
     async def watch_lines(self, url_path: str, params: Mapping[str, str], read_timeout: float
                           ) -> AsyncIterator[bytes]:

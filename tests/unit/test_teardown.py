@@ -80,6 +80,7 @@ def test_without_rights_to_get_namespaces_the_first_refused_create_stops_it() ->
     h.kube = NoNamespaceRights(terminating={"ml"})
     h.controller.kube = h.kube
     h.controller.namespaces.kube = h.kube
+    h.controller.children.kube = h.kube
 
     async def scenario() -> None:
         assert await h.reconcile() is None

@@ -10,6 +10,8 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from disttrain.api.constants import API_VERSION, FIELD_MANAGER, GROUP, JOB_NAME_LABEL, KIND, PLURAL, VERSION
 from disttrain.api.status import timestamp
 from disttrain.apiserver.api_errors import REFUSALS, ErrorKind, classify
@@ -22,6 +24,20 @@ PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps", "Sec
            "WorkloadPriorityClass": "workloadpriorityclasses", "NetworkPolicy": "networkpolicies"}
 JOBS = f"{GROUP}/{VERSION}"
 log = logging.getLogger(__name__)
+
+
+class _Metadata(msgspec.Struct):
+    uid: str = ""
+    resourceVersion: str = ""
+
+
+class _Answer(msgspec.Struct):
+    metadata: _Metadata = msgspec.field(default_factory=_Metadata)
+
+
+# A create's or status write's answer is the whole object (a pod: 3-5 KB, a job: more); the
+# operator reads its uid or resourceVersion, and decodes only that (watch/pod_events.py says why).
+_answer = msgspec.json.Decoder(_Answer)
 
 
 class NamespaceTerminating(Exception):
@@ -61,7 +77,7 @@ class Kube:
         log.debug("create %s %s/%s", obj["kind"], ns, obj["metadata"].get("name"))
         try:
             created = await self.rest.request("POST", object_path(obj, named=False), body=obj,
-                                              params={"fieldManager": FIELD_MANAGER})
+                                              params={"fieldManager": FIELD_MANAGER}, raw=True)
         except ApiError as err:
             if err.status == 409:
                 return None
@@ -74,7 +90,7 @@ class Kube:
             if error.kind in REFUSALS:
                 raise Refused(error.describe()) from err
             raise
-        return str(created["metadata"]["uid"])
+        return _answer.decode(created).metadata.uid
 
     async def pod_uids(self, namespace: str) -> set[str]:
         """The uids of the operator's pods in `namespace` now (their metadata only)."""
@@ -167,19 +183,20 @@ class Kube:
     async def patch_job_status(
         self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
     ) -> dict[str, Any]:
+        """Merge-patch the job's status; the answer's metadata.resourceVersion, the one this write made."""
         body: dict[str, Any] = {"status": dict(status)}
         if resource_version:
             # Optimistic concurrency: a status computed from a stale read is refused, not written.
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            result: dict[str, Any] = await self.rest.request(
-                "PATCH", path(JOBS, PLURAL, namespace, name, "status"), body=body,
-                params={"fieldManager": FIELD_MANAGER}, content_type=MERGE_PATCH)
+            answer = await self.rest.request("PATCH", path(JOBS, PLURAL, namespace, name, "status"), body=body,
+                                             params={"fieldManager": FIELD_MANAGER}, content_type=MERGE_PATCH,
+                                             raw=True)
         except ApiError as err:
             if err.status == 409:
                 raise Conflict(name) from err
             raise
-        return result
+        return {"metadata": {"resourceVersion": _answer.decode(answer).metadata.resourceVersion}}
 
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         await self._delete(path(JOBS, PLURAL, namespace, name), uid)

@@ -95,20 +95,20 @@ class Rest:
         await self.close()
 
     async def request(self, method: str, url_path: str, *, params: Mapping[str, str] | None = None,
-                      body: Any = None, content_type: str = JSON, accept: str = JSON) -> Any:
-        """The decoded JSON answer; ApiError for one of 300 or more."""
+                      body: Any = None, content_type: str = JSON, accept: str = JSON, raw: bool = False) -> Any:
+        """The decoded JSON answer (with `raw`, its bytes undecoded); ApiError for one of 300 or more."""
         data = None if body is None else json.dumps(body).encode()
         for attempt in (1, 2):
             session, endpoint = self._open(fresh=attempt == 2)
             headers = {**endpoint.as_http_headers(), "Accept": accept, "Content-Type": content_type}
             async with session.request(method, endpoint.server + url_path, params=params, data=data,
                                        headers=headers) as resp:
-                raw = await resp.read()
+                answer = await resp.read()
                 if resp.status == 401 and attempt == 1:
                     continue  # a token rotated under us: log in again, once
                 if resp.status >= 300:
-                    raise ApiError(resp.status, resp.reason or "", raw, resp.headers)
-                return json.loads(raw) if raw else None
+                    raise ApiError(resp.status, resp.reason or "", answer, resp.headers)
+                return answer if raw else json.loads(answer) if answer else None
         raise AssertionError("unreachable")
 
     async def watch_lines(self, url_path: str, params: Mapping[str, str], read_timeout: float) -> AsyncIterator[bytes]:

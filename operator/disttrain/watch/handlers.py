@@ -6,12 +6,12 @@ annotations), so every API write is the operator's."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import kopf
+import msgspec
 
 from disttrain.api.constants import GROUP, JOB_NAME_LABEL, PLURAL, VERSION
 from disttrain.apiserver import credentials
@@ -100,15 +100,24 @@ class HeldJob(Mapping[str, Any]):
 
     def __init__(self, body: kopf.Body) -> None:
         self.metadata = held_metadata(body.metadata)
-        self._spec = json.dumps(dict(body.spec), separators=(",", ":"))
-        self._status = json.dumps(dict(body.status), separators=(",", ":"))
+        self._spec = msgspec.json.encode(dict(body.spec))
+        self._status = msgspec.json.encode(dict(body.status))
 
     def __getitem__(self, key: str) -> Any:
         if key == "metadata":
             return self.metadata
         if key in ("spec", "status"):
-            return json.loads(self._spec if key == "spec" else self._status)
+            return msgspec.json.decode(self._spec if key == "spec" else self._status)
         raise KeyError(key)
+
+    def __eq__(self, other: object) -> bool:
+        """Compared as held, undecoded: kopf compares an index's old value with its new on every
+        event, and Mapping's own == decodes both (profiled: 1% of a burst's CPU)."""
+        if not isinstance(other, HeldJob):
+            return NotImplemented
+        return (self.metadata, self._spec, self._status) == (other.metadata, other._spec, other._status)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable metadata, as a dict's
 
     def __iter__(self) -> Iterator[str]:
         return iter(("metadata", "spec", "status"))

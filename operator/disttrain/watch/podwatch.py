@@ -16,7 +16,6 @@ as the safety net it was). Nothing here outlives the process: a new one lists.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from fnmatch import fnmatch
@@ -27,6 +26,7 @@ from disttrain.api.objects import controller_of
 from disttrain.api.observed import ObservedPod, observe_pod
 from disttrain.apiserver.rest import ApiError, Rest, path
 from disttrain.apiserver.retries import TRANSIENT
+from disttrain.watch.pod_events import decode_event, decode_list
 
 JobKey = tuple[str, str]
 log = logging.getLogger(__name__)
@@ -126,17 +126,17 @@ class PodWatch:
         found: dict[JobKey, dict[str, ObservedPod]] = {}
         params = {"labelSelector": JOB_NAME_LABEL, "limit": str(PAGE)}
         while True:
-            page = await self.rest.request("GET", path("v1", "pods", scope), params=params)
-            for pod in page.get("items") or ():
+            page = await self.rest.request("GET", path("v1", "pods", scope), params=params, raw=True)
+            pods, version, more = decode_list(page)
+            for pod in pods:
                 key = self._key(pod.get("metadata") or {})
                 if key is not None:
                     found.setdefault(key, {})[pod["metadata"]["uid"]] = observe_pod(pod)
-            meta = page.get("metadata") or {}
-            if not meta.get("continue"):
+            if not more:
                 break
-            params["continue"] = meta["continue"]
+            params["continue"] = more
         self._replace(scope, found)
-        return str(meta.get("resourceVersion", ""))
+        return version
 
     def _replace(self, scope: str | None, found: dict[JobKey, dict[str, ObservedPod]]) -> None:
         before = [key for key in self.held if scope is None or key[0] == scope]
@@ -157,8 +157,7 @@ class PodWatch:
         params = {"labelSelector": JOB_NAME_LABEL, "resourceVersion": version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(WATCH_SECONDS)}
         async for line in self.rest.watch_lines(path("v1", "pods", scope), params, read_timeout=WATCH_SECONDS + 30):
-            event = json.loads(line)
-            kind, obj = event.get("type"), event.get("object") or {}
+            kind, obj = decode_event(line)
             if kind == "ERROR":
                 if obj.get("code") == 410:
                     raise Gone(obj.get("message"))
@@ -168,7 +167,7 @@ class PodWatch:
                 self._apply(kind, obj)
         return version
 
-    def _apply(self, kind: str | None, pod: Mapping[str, Any]) -> None:
+    def _apply(self, kind: str, pod: Mapping[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         uid = meta.get("uid", "")
         key = None if kind == "DELETED" else self._key(meta)
