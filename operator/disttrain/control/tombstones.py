@@ -43,8 +43,11 @@ class Tombstones:
         self.final: dict[Any, dict[str, ObservedPod]] = {}
 
     def pod_deleted(self, key: Any, pod: ObservedPod) -> None:
-        if pod.disruption is not None and pod.phase not in ("Succeeded", "Failed"):
-            self.final.setdefault(key, {})[pod.uid] = dataclasses.replace(pod, terminating=True)
+        """A disrupted pod still running is held as terminating (judged as a disruption); one
+        already marked Failed (the pod garbage collector fails an orphan as it adds the condition,
+        then deletes it) as the failed pod the overtaken update showed."""
+        if pod.disruption is not None and pod.phase != "Succeeded":
+            self.final.setdefault(key, {})[pod.uid] = dataclasses.replace(pod, terminating=pod.phase != "Failed")
 
     def view(self, key: Any, pods: Iterable[ObservedPod], judged: Collection[str]) -> list[ObservedPod]:
         """The job's pods as they are: without the gone, with the disrupted ones whose deletion
