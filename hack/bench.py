@@ -10,7 +10,8 @@ baseline does). Writes bench/results.json, bench/results.md and two plots.
 4. scale: jobs held in steps up to 4,000 jobs / 20,000 pods: the operator's RSS and CPU seconds,
    a probe job's apply -> pods at each step, no pod missed or made twice;
 5. API cost: the operator's requests per job during the burst, by verb and resource, from the API
-   server's audit log (the operator has a user of its own), against the minimum.
+   server's audit log (the operator has a user of its own), against the minimum;
+6. progress storm: a pod reporting 1,000 times a second while jobs are applied (bench_progress.py).
 
 Ratios, not seconds, are what to compare across machines: the two sides share the machine's
 noise. `--quick` is the same at a size that runs in under 5 minutes.
@@ -25,6 +26,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 sys.path.insert(0, str(REPO / "operator"))
+import bench_progress  # noqa: E402
 from bench_observe import (  # noqa: E402
     AuditLog,
     Timeline,
@@ -49,6 +52,7 @@ from bench_plain import PlainClient  # noqa: E402
 from bench_report import write_results  # noqa: E402
 from kwokpods import ended_otherwise  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
+from ports import free_port  # noqa: E402
 
 RESULTS = REPO / "bench"
 OPERATOR_USER, PLAIN_USER = "disttrain-operator", "disttrain-plain"
@@ -256,6 +260,39 @@ class Bench:
               f"plain p50 {self.results['single']['plain']['p50'] * 1000:.0f} ms", flush=True)
         await asyncio.gather(*(self.drop(ns) for ns in spaces.values()))
 
+    async def progress_storm(self, runs: int, kubectl: str, env: dict[str, str]) -> None:
+        """A reporting pod's storm of progress reports (bench_progress.py) against jobs applied meanwhile."""
+        ns, probes = await self.namespace("storm"), await self.namespace("probe-storm")
+        await self.apply(ns, "reporter")
+        await self.until_pods_of((ns, "reporter"))
+        url, ca, token = bench_progress.pod_credentials(kubectl, env, ns, bench_progress.pod_json(
+            kubectl, env, ns, "reporter-chief-0"))
+
+        async def probe(count: int, tag: str) -> list[float]:
+            out = []
+            for i in range(count):
+                await asyncio.sleep(0.5)
+                sent = await self.submit("operator", probes, [f"{tag}-{i}"])
+                await self.until_pods_of((probes, f"{tag}-{i}"))
+                out += self.per_job(probes, sent)
+            return out
+        quiet = await probe(runs, "before")
+        writes_before = self.timeline.job_events[(ns, "reporter")]
+        cpu_before = process_usage(self.operator_pid).cpu_seconds
+        with tempfile.TemporaryDirectory() as workdir:
+            flood = await bench_progress.storm_process(url, ca, token, bench_progress.STORM_SECONDS, workdir)
+            await asyncio.sleep(1)
+            stormy: list[float] = []
+            while flood.returncode is None or not stormy:  # probes for as long as the storm lasts
+                stormy += await probe(1, f"storm-{len(stormy)}")
+            codes = await bench_progress.storm_answers(flood)
+        cpu = process_usage(self.operator_pid).cpu_seconds - cpu_before
+        writes = self.timeline.job_events[(ns, "reporter")] - writes_before
+        quiet += await probe(runs, "after")
+        self.results["progress_storm"] = bench_progress.summary(quiet, stormy, codes, writes, cpu)
+        print(f"  progress storm: {self.results['progress_storm']}", flush=True)
+        await asyncio.gather(self.drop(ns), self.drop(probes))
+
     async def after_burst(self, quiet: float = 45.0) -> None:
         """The operator's RSS when the burst's jobs are gone, and once it has been quiet a while
         (runtime/memory.py gives the burst's freed heap back after 20 s without work)."""
@@ -335,6 +372,10 @@ async def run(cluster: LocalCluster, operator_pid: int, size: Size) -> dict[str,
         print(f"operator idle: RSS {idle.rss_bytes / 2**20:.0f} MB", flush=True)
         print(f"single job, {size.single_runs} runs each side", flush=True)
         await bench.single(size.single_runs)
+        print(f"progress storm: {bench_progress.REPORTS_PER_SECOND} reports/s, {size.single_runs} probes each way",
+              flush=True)
+        await bench.progress_storm(size.single_runs, str(REPO / ".cache" / "bin" / "kubectl"),
+                                   {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
         print(f"burst: {size.burst_jobs} jobs x {PODS_PER_JOB} pods, {size.burst_rounds} rounds", flush=True)
         op_ns, plain_ns = await bench.burst(size.burst_jobs, size.burst_rounds)
         print("completion", flush=True)
@@ -376,7 +417,10 @@ def main() -> int:
             time.sleep(0.5)
         op_env = {**env, "KUBECONFIG": str(cluster.user_kubeconfig(OPERATOR_USER, ["system:masters"]))}
         log = open(root / "operator.log", "wb")  # noqa: SIM115 - the child writes to it
-        operator = subprocess.Popen([sys.executable, "-m", "disttrain", "run"], env=op_env, stdout=log,
+        # Progress reports served as the chart does (issue 23): its pods carry the endpoint's address and CA.
+        progress = ["--progress-port", str(free_port()), "--progress-tls-secret", "default/disttrain-progress-tls",
+                    "--progress-status-seconds", str(bench_progress.STATUS_SECONDS)]
+        operator = subprocess.Popen([sys.executable, "-m", "disttrain", "run", *progress], env=op_env, stdout=log,
                                     stderr=subprocess.STDOUT, cwd=REPO / "operator")
         profiler = None
         if args.profile:

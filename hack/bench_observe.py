@@ -35,6 +35,7 @@ class Timeline:
     phase_seen: dict[Key, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))  # jobs, stand-ins
     pod_phase: dict[Key, str] = field(default_factory=dict)
     running: Counter[str] = field(default_factory=Counter)  # pods Running now, by namespace
+    job_events: Counter[Key] = field(default_factory=Counter)  # a job's watch events: its writes
 
     def on_pod(self, kind: str, pod: dict[str, Any], now: float) -> None:
         meta = pod["metadata"]
@@ -143,6 +144,7 @@ def start_watches(api: Any, timeline: Timeline, stop: asyncio.Event) -> list[asy
 
     def job(_: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
+        timeline.job_events[(meta["namespace"], meta["name"])] += 1
         timeline.on_phase((meta["namespace"], meta["name"]), (obj.get("status") or {}).get("phase"), time.monotonic())
 
     def stand_in(_: str, obj: dict[str, Any]) -> None:

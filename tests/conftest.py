@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from ports import free_port  # noqa: E402
+from progress_support import operator_args  # noqa: E402
 from support import TIMED, Cluster, OperatorProcess, chart_identity, install_crd, wait_namespace_ready  # noqa: E402
 
 
@@ -72,7 +74,9 @@ def operator(crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     # DISTTRAIN_OPERATOR_VERBOSE=1: the operator's debug log (every create and delete it makes).
     verbose = ("--verbose",) if os.environ.get("DISTTRAIN_OPERATOR_VERBOSE") else ()
     tmp = tmp_path_factory.mktemp("operator")
-    proc = OperatorProcess(chart_identity(crd, tmp), tmp / "operator.log", verbose)
+    # Serving progress reports as the chart's operator does (tests/integration/test_progress.py).
+    progress = operator_args(free_port())
+    proc = OperatorProcess(chart_identity(crd, tmp), tmp / "operator.log", (*progress, *verbose))
     proc.start()
     yield proc
     proc.stop()

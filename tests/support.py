@@ -176,6 +176,16 @@ class OperatorProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def job_columns(cluster: Cluster, ns: str, job: str, wide: bool = True) -> dict[str, str]:
+    """`kubectl get dtj JOB` as {column: value}, read by the header's positions (a cell kubectl
+    leaves empty, such as PROGRESS% before any report or COMPLETED while the job runs, would shift
+    a split())."""
+    header, row = cluster.kubectl("get", "disttrainjobs", job, "-n", ns,
+                                  *(("-o", "wide") if wide else ())).stdout.splitlines()[:2]
+    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
+    return {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)}
+
+
 def helm(cluster: Cluster, *args: str) -> str:
     result = subprocess.run([str(HELM), *args], capture_output=True, text=True, env=cluster.env(), timeout=120)
     assert result.returncode == 0, result.stderr

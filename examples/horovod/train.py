@@ -22,6 +22,11 @@ import horovod.tensorflow.keras as hvd
 import numpy as np
 import tensorflow as tf
 
+try:  # the disttrain images' progress client: rank 0 reports epochs, steps and loss to the operator
+    import disttrain_progress
+except ImportError:  # run elsewhere: nothing to report to
+    disttrain_progress = None
+
 
 def say(**event: object) -> None:
     print(json.dumps(event), flush=True)
@@ -63,8 +68,11 @@ def main() -> None:
 
     epochs = int(os.environ.get("EPOCHS", "4"))
     steps = max(1, int(os.environ.get("TRAIN_STEPS", "200")) // epochs)
+    callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), Checkpoints(manager, epoch)]
+    if disttrain_progress:  # rank 0 only: the others' reporter is silent
+        callbacks.append(disttrain_progress.keras_callback(disttrain_progress.for_rank(hvd.rank())))
     history = model.fit(data, steps_per_epoch=steps, initial_epoch=start, epochs=epochs, verbose=0,
-                        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), Checkpoints(manager, epoch)])
+                        callbacks=callbacks)
     weights = [w.tolist() for w in model.get_weights()]
     say(event="done", rank=hvd.rank(), size=hvd.size(), final_loss=history.history["loss"][-1],
         weights_sha256=hashlib.sha256(json.dumps(weights).encode()).hexdigest())

@@ -23,6 +23,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+try:  # the disttrain images' progress client: worker 0 reports epochs, steps and loss to the operator
+    import disttrain_progress
+except ImportError:  # run elsewhere: nothing to report to
+    disttrain_progress = None
+
 
 def dataset() -> tf.data.Dataset:
     rng = np.random.RandomState(0)
@@ -64,7 +69,8 @@ def main() -> None:
                                   keras.layers.Dense(1, kernel_initializer="zeros")])
         model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     backup = keras.callbacks.BackupAndRestore(backup_dir=os.path.join(checkpoints, "backup"))
-    history = model.fit(dataset(), epochs=epochs, steps_per_epoch=steps, callbacks=[backup, Progress()], verbose=0)
+    callbacks = [backup, Progress()] + ([disttrain_progress.keras_callback()] if disttrain_progress else [])
+    history = model.fit(dataset(), epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
 
     resolver = strategy.cluster_resolver
     is_chief = resolver.task_type in (None, "chief") or (resolver.task_type == "worker" and resolver.task_id == 0)

@@ -19,6 +19,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+try:  # the disttrain images' progress client: the chief reports training, the evaluator evaluation
+    import disttrain_progress
+except ImportError:  # run elsewhere: nothing to report to
+    disttrain_progress = None
+
 
 def arrays() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.RandomState(0)
@@ -65,15 +70,20 @@ def main() -> None:
             time.sleep(1)
         model = build_model()
         tf.train.Checkpoint(model=model).restore(tf.train.latest_checkpoint(checkpoints)).expect_partial()
-        report(task, [model.evaluate(data().batch(64), verbose=0)], model)
+        loss = model.evaluate(data().batch(64), verbose=0)
+        if disttrain_progress:
+            disttrain_progress.report(epoch=2, metrics={"loss": loss})
+            disttrain_progress.flush()
+        report(task, [loss], model)
         return
 
     steps = int(os.environ.get("TRAIN_STEPS", "200"))
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     with strategy.scope():
         model = build_model()
+    callbacks = [disttrain_progress.keras_callback()] if disttrain_progress else []
     history = model.fit(data().shuffle(1024, seed=1).repeat().batch(32), epochs=2,
-                        steps_per_epoch=max(1, steps // 2), verbose=2)
+                        steps_per_epoch=max(1, steps // 2), verbose=2, callbacks=callbacks)
     tf.train.Checkpoint(model=model).save(os.path.join(checkpoints, "ckpt"))
     report(task, history.history["loss"], model)
 

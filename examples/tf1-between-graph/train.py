@@ -13,6 +13,11 @@ import os
 import numpy as np
 import tensorflow as tf
 
+try:  # the disttrain images' progress client: worker 0 (the chief) reports the global step and loss
+    import disttrain_progress
+except ImportError:  # run elsewhere: nothing to report to
+    disttrain_progress = None
+
 v1 = tf.compat.v1
 
 
@@ -47,8 +52,12 @@ def main() -> None:
                                            checkpoint_dir=checkpoint_dir, config=session_config) as session:
         while not session.should_stop():
             batch = rng.rand(32, 3).astype("float32")
-            _, value = session.run([train_op, loss], feed_dict={x: batch, y: batch @ true_w})
+            _, value, step = session.run([train_op, loss, global_step], feed_dict={x: batch, y: batch @ true_w})
             losses.append(float(value))
+            if disttrain_progress:  # only the chief's pod reports; the call only hands the latest over
+                disttrain_progress.report(step=min(int(step), steps), total_steps=steps, metrics={"loss": value})
+    if disttrain_progress:
+        disttrain_progress.flush()
     print(json.dumps({"task": f"{task_type}-{task_index}", "first_loss": losses[0] if losses else None,
                       "final_loss": losses[-1] if losses else None}), flush=True)
     if os.environ.get("RESULT_FILE"):

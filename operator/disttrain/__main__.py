@@ -1,9 +1,10 @@
 """`disttrain`: run the operator, print the CRD, or render the objects of a job.
 
-    disttrain run [--namespace NS ...] [--leader-election] [--metrics-port 8080]
+    disttrain run [--namespace NS ...] [--leader-election] [--metrics-port 8080] [--progress-port 8443]
     disttrain crd
     disttrain render job.yaml
     disttrain logs JOB [-n NS] [-f] [--type worker] [--previous]   (also: kubectl disttrain logs ...)
+    disttrain progress JOB [-n NS] [-f]                             (also: kubectl disttrain progress ...)
 """
 
 from __future__ import annotations
@@ -12,26 +13,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="disttrain", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the operator")
-    run.add_argument("--namespace", "-n", action="append", default=[],
-                     help="watch only this namespace (repeatable); default: the whole cluster")
-    run.add_argument("--leader-election", action="store_true",
-                     help="run only while holding a Lease, so several replicas can run with one active")
-    run.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
-                     help="namespace of the Lease (default: $POD_NAMESPACE, else default)")
-    run.add_argument("--lease-name", default="disttrain-operator")
-    run.add_argument("--lease-duration", type=int, default=15, help="seconds before a standby takes over")
-    run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
-    run.add_argument("--health-port", type=int, default=0, help="serve liveness at :PORT/healthz")
-    run.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
-    run.add_argument("--resync-seconds", type=float, default=300.0, help="seconds between re-lists of the pods")
-    run.add_argument("--verbose", "-v", action="store_true")
+    _add_run_arguments(sub.add_parser("run", help="run the operator"))
     sub.add_parser("crd", help="print the DistTrainJob CRD")
     render_cmd = sub.add_parser("render", help="print every object the operator would create for a job")
     render_cmd.add_argument("file", type=Path, help="a DistTrainJob manifest, or - for standard input")
@@ -45,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     logs.add_argument("--previous", "-p", action="store_true", help="the containers' logs before their last restart")
     logs.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or in-cluster")
     logs.add_argument("--context", help="the kubeconfig context to use")
+    progress = sub.add_parser("progress", help="a job's training progress and its curves, as its pods report them")
+    progress.add_argument("job", help="the DistTrainJob's name")
+    progress.add_argument("--namespace", "-n", help="default: the kubeconfig context's namespace")
+    progress.add_argument("--follow", "-f", action="store_true", help="redraw as it changes, until the job ends")
+    progress.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or in-cluster")
+    progress.add_argument("--context", help="the kubeconfig context to use")
     args = parser.parse_args(argv)
 
     if args.command == "crd":
@@ -63,7 +58,37 @@ def main(argv: list[str] | None = None) -> int:
 
         return logs_command(args.job, namespace=args.namespace, follow=args.follow, replica_type=args.replica_type,
                             previous=args.previous, kubeconfig=args.kubeconfig, context=args.context)
+    if args.command == "progress":
+        from disttrain.client.commands import progress_command
+
+        return progress_command(args.job, namespace=args.namespace, follow=args.follow, kubeconfig=args.kubeconfig,
+                                context=args.context)
     return _run(args)
+
+
+def _add_run_arguments(run: argparse.ArgumentParser) -> None:
+    run.add_argument("--namespace", "-n", action="append", default=[],
+                     help="watch only this namespace (repeatable); default: the whole cluster")
+    run.add_argument("--leader-election", action="store_true",
+                     help="run only while holding a Lease, so several replicas can run with one active")
+    run.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
+                     help="namespace of the Lease (default: $POD_NAMESPACE, else default)")
+    run.add_argument("--lease-name", default="disttrain-operator")
+    run.add_argument("--lease-duration", type=int, default=15, help="seconds before a standby takes over")
+    run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
+    run.add_argument("--health-port", type=int, default=0, help="serve liveness at :PORT/healthz")
+    run.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
+    run.add_argument("--resync-seconds", type=float, default=300.0, help="seconds between re-lists of the pods")
+    run.add_argument("--progress-port", type=int, default=0,
+                     help="take the pods' training progress reports on this port (HTTPS); 0: off")
+    run.add_argument("--progress-url", help="the endpoint's address as the pods reach it "
+                     "(default: https://127.0.0.1:PORT, for pods run on this machine)")
+    run.add_argument("--progress-tls-secret", default=f"{os.environ.get('POD_NAMESPACE') or 'default'}/"
+                     "disttrain-progress-tls", help="NAMESPACE/NAME of the Secret holding the endpoint's CA and "
+                     "certificate (made if absent)")
+    run.add_argument("--progress-status-seconds", type=float, default=15.0,
+                     help="write a job's reported progress to its status at most once in this many seconds")
+    run.add_argument("--verbose", "-v", action="store_true")
 
 
 def _missing_operator_dependency() -> str | None:
@@ -95,6 +120,20 @@ def _configure_logging(verbose: bool) -> None:
         # kopf logs every handled event at INFO: at thousands of pods that is the whole log.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per liveness probe
+
+
+def _progress_settings(args: argparse.Namespace) -> Any:
+    if not args.progress_port:
+        return None
+    from urllib.parse import urlsplit
+
+    from disttrain.watch.handlers import ProgressSettings
+
+    url = args.progress_url or f"https://127.0.0.1:{args.progress_port}"
+    namespace, _, name = args.progress_tls_secret.rpartition("/")
+    host = urlsplit(url).hostname or "127.0.0.1"
+    return ProgressSettings(port=args.progress_port, url=url, secret=(namespace or "default", name),
+                            hosts=(host, "localhost", "127.0.0.1"), status_seconds=args.progress_status_seconds)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -133,7 +172,8 @@ def _run(args: argparse.Namespace) -> int:
     from disttrain.runtime.preflight import wait_for_crd
 
     asyncio.run(wait_for_crd(logging.getLogger("disttrain"), login))
-    memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds, namespaces=list(args.namespace))
+    memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds, namespaces=list(args.namespace),
+                     progress=_progress_settings(args))
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,

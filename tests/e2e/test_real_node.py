@@ -31,6 +31,7 @@ from support import (
     Cluster,
     LogFollower,
     OperatorProcess,
+    kubectl_binary,
     record_timing,
     wait_for,
     wait_namespace_ready,
@@ -68,8 +69,10 @@ def chart_operator(crd: Cluster, operator: OperatorProcess, real_node: str) -> I
     session's own operator (a process on this machine) steps aside meanwhile."""
     operator.stop()
     release = pinned_namespace(crd, f"disttrain-{uuid.uuid4().hex[:6]}")
+    # Progress is written every 2 s (the chart's default is 15): these trainings last under a minute.
     subprocess.run([str(HELM), "install", "disttrain", str(ROOT / "charts" / "disttrain-operator"), "-n", release,
-                    "--wait", "--timeout", "180s"], env=crd.env(), check=True, capture_output=True, text=True)
+                    "--set", "progress.statusIntervalSeconds=2", "--wait", "--timeout", "180s"], env=crd.env(),
+                   check=True, capture_output=True, text=True)
     try:
         yield release
     finally:
@@ -174,9 +177,46 @@ def test_the_operator_runs_from_its_image_under_the_charts_security_context(clus
         assert "disttrain_reconcile_duration_seconds" in resp.read().decode()
 
 
+class TableWatch:
+    """`kubectl get dtj -w` in the job's namespace, as a user watches a job: the lines it printed."""
+
+    def __init__(self, cluster: Cluster, ns: str) -> None:
+        self.proc = subprocess.Popen([kubectl_binary(), "get", "dtj", "-n", ns, "-w"], env=cluster.env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def stop(self, job: str) -> list[str]:
+        self.proc.terminate()
+        lines = [line.rstrip() for line in self.proc.communicate(timeout=10)[0].splitlines()]
+        LAST_LINES.mkdir(parents=True, exist_ok=True)
+        (LAST_LINES / f"{job}-kubectl-get-dtj-w.txt").write_text("\n".join(lines) + "\n")
+        return lines
+
+
+def progress_seen(lines: list[str]) -> list[tuple[str, str]]:
+    """(PROGRESS%, ETA) of each Running line `kubectl get dtj -w` printed, by the header's positions."""
+    header = lines[0]
+    starts = [i for i, c in enumerate(header) if c != " " and (i == 0 or header[i - 1] == " ")]
+    cells = [{header[a:b].strip(): line[a:b].strip() for a, b in zip(starts, [*starts[1:], None], strict=True)}
+             for line in lines[1:]]
+    return [(c["PROGRESS%"], c["ETA"]) for c in cells if c.get("PHASE") == "Running" and c.get("PROGRESS%")]
+
+
+def assert_progress_shown(table: list[str], status: dict[str, Any], last_loss: float, job: str) -> None:
+    """Issue 23's proof: PROGRESS% moved and an ETA showed while it trained; the status keeps the
+    loss the training logged last."""
+    seen = progress_seen(table)
+    TIMED.append(f"e2e: {job}: kubectl get dtj -w:\n    " + "\n    ".join(table))
+    assert len({percent for percent, _ in seen}) >= 2 and any(eta for _, eta in seen), table
+    assert status["progress"]["metrics"]["loss"] == last_loss, (status["progress"], last_loss)
+    assert "eta" not in status["progress"], "a finished job has no ETA"
+
+
 def test_multi_worker_mirrored(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
     started = time.monotonic()
-    apply_example(cluster, job_namespace, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path)
+    table = TableWatch(cluster, job_namespace)
+    # Long enough to watch: the status takes a report every 2 s (chart_operator).
+    apply_example(cluster, job_namespace, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path,
+                  env={"TRAIN_STEPS": "2000"})
     logs = follow(job_namespace, wait_pods_running(cluster, job_namespace, "mnist-mwms", 2, timeout=180))
     status = finish(cluster, job_namespace, "mnist-mwms", started, logs)
     done = {name: f.wait_event(lambda e: e.get("event") == "done", "the final line") for name, f in logs.items()}
@@ -184,6 +224,8 @@ def test_multi_worker_mirrored(cluster: Cluster, job_namespace: str, tmp_path: P
     losses = [e["loss"] for e in logs["mnist-mwms-worker-0"].events() if e.get("event") == "epoch_end"]
     assert losses[-1] < losses[0], losses
     assert status["restarts"] == 0
+    assert_progress_shown(table.stop("mnist-mwms"), status, losses[-1], "mnist-mwms")
+    assert (status["progress"]["epoch"], status["progress"]["totalEpochs"]) == (4, 4), status["progress"]
 
 
 def test_a_killed_worker_resumes_from_its_checkpoint(cluster: Cluster, job_namespace: str, tmp_path: Path,
@@ -288,16 +330,21 @@ def test_mirrored_single_pod_on_four_logical_cpus(cluster: Cluster, job_namespac
 
 def test_horovod(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
     started = time.monotonic()
-    apply_example(cluster, job_namespace, EXAMPLES / "horovod" / "job.yaml", tmp_path)
+    table = TableWatch(cluster, job_namespace)
+    apply_example(cluster, job_namespace, EXAMPLES / "horovod" / "job.yaml", tmp_path, env={"TRAIN_STEPS": "2000"})
     # The launcher is made once both workers are Ready, and may finish soon after.
     launcher_pod = wait_for(lambda: next((p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")
                                           if p.status.phase in ("Running", "Succeeded")), None), 120, "the launcher")
     launcher = follow(job_namespace, [launcher_pod])
-    finish(cluster, job_namespace, "horovod-keras", started, launcher)
+    status = finish(cluster, job_namespace, "horovod-keras", started, launcher)
     log = launcher["horovod-keras-launcher"]
     done = wait_for(lambda: len(d := [e for e in log.events() if e.get("event") == "done"]) == 2 and d, 30,
                     "both ranks' final lines")
     assert {d["size"] for d in done} == {2} and len({d["weights_sha256"] for d in done}) == 1, done
+    # Rank 0 reported (from worker 0's pod, where sshd started it), the other rank's reporter stayed silent.
+    losses = [e["loss"] for e in log.events() if e.get("event") == "epoch_end"]
+    assert_progress_shown(table.stop("horovod-keras"), status, losses[-1], "horovod-keras")
+    assert status["progress"]["reporter"] == "horovod-keras-worker-0", status["progress"]
 
 
 def test_the_launcher_waits_for_a_late_sshd(cluster: Cluster, job_namespace: str, tmp_path: Path,

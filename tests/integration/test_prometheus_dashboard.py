@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 
 from manifests import mwms_job
 from ports import free_port
+from progress_support import operator_args, post_report, progress_volume
 from support import ROOT, Cluster, OperatorProcess, rendered_dashboard, wait_for, wait_pods_running
 
 PROMETHEUS = ROOT / ".cache" / "bin" / "prometheus"
@@ -56,7 +58,7 @@ def served(cluster: Cluster, tmp_path: Path, operator: OperatorProcess) -> Itera
     """An operator serving /metrics on a port of its own (the session's operator steps aside)."""
     port = free_port()
     operator.stop()
-    proc = OperatorProcess(cluster, tmp_path / "served.log", ("--metrics-port", str(port)))
+    proc = OperatorProcess(cluster, tmp_path / "served.log", ("--metrics-port", str(port), *operator_args(free_port())))
     proc.start()
     try:
         yield port
@@ -94,7 +96,7 @@ def panel_queries(namespace: str, job: str) -> list[tuple[str, str]]:
     fill = {"$namespace": namespace, "$job": job, "$__rate_interval": RATE_INTERVAL}
     out = []
     for panel in dashboard["panels"]:
-        for target in panel["targets"]:
+        for target in panel.get("targets", ()):  # a row has none
             expr = target["expr"]
             for var, value in fill.items():
                 expr = expr.replace(var, value)
@@ -103,13 +105,19 @@ def panel_queries(namespace: str, job: str) -> list[tuple[str, str]]:
 
 
 def test_every_dashboard_panel_returns_data_for_a_running_job(cluster: Cluster, namespace: str,
-                                                              prometheus: Prometheus) -> None:
+                                                              prometheus: Prometheus, tmp_path: Path) -> None:
     # A scrape before the job exists: its counters' increase is measured from there.
     wait_for(lambda: prometheus.query('disttrain_jobs_created_total{job="disttrain-operator"}'), 60,
              "a first scrape of the operator")
     cluster.apply(mwms_job("watched", workers=2), namespace)
     wait_pods_running(cluster, namespace, "watched", 2)
     cluster.wait_phase(namespace, "watched", "Running")
+    # Its worker 0 reports training progress (the Training row's curves), twice: a curve has two points.
+    volume = progress_volume(cluster, namespace, "watched-worker-0", tmp_path / "progress")
+    for epoch, (loss, accuracy) in enumerate(((0.8, 0.4), (0.3, 0.85)), start=1):
+        report = {"epoch": epoch, "totalEpochs": 4, "metrics": {"loss": loss, "accuracy": accuracy}}
+        assert post_report(volume, report)[0] == 202
+        time.sleep(SCRAPE_SECONDS * 2)
     # The operator's target is up and has reported the job as Running in a scraped sample.
     wait_for(lambda: prometheus.query(f'disttrain_job_phase{{job_name="watched", job_namespace="{namespace}", '
                                       f'phase="Running"}} == 1'), 60, "a scrape that shows the job Running")

@@ -9,19 +9,13 @@ from typing import Any
 import pytest
 
 from manifests import mwms_job, ps_job, replica, tf_job
-from support import Cluster, OperatorProcess, pod_names, tf_config, wait_for, wait_pods_running
+from support import Cluster, OperatorProcess, job_columns, pod_names, tf_config, wait_for, wait_pods_running
 
 pytestmark = pytest.mark.usefixtures("operator")
 
 
 def has_reason(reason: str, event: Any) -> bool:
     return bool(event.reason == reason)
-
-
-def get_columns(cluster: Cluster, ns: str, job: str) -> dict[str, str]:
-    out = cluster.kubectl("get", "disttrainjobs", job, "-n", ns, "-o", "wide").stdout.splitlines()
-    header, row = out[0].split(), out[1].split()
-    return dict(zip(header, row, strict=False))
 
 
 def test_mwms_job_runs_to_success(cluster: Cluster, namespace: str) -> None:
@@ -31,7 +25,7 @@ def test_mwms_job_runs_to_success(cluster: Cluster, namespace: str) -> None:
     print(f"apply -> 4 pods Running: {time.monotonic() - start:.2f}s")
     status = cluster.wait_phase(namespace, "mwms", "Running")
     assert status["ready"] == "4/4"
-    cols = get_columns(cluster, namespace, "mwms")
+    cols = job_columns(cluster, namespace, "mwms")
     assert (cols["PHASE"], cols["READY"], cols["RESTARTS"], cols["FRAMEWORK"]) == ("Running", "4/4", "0", "tensorflow")
     config = tf_config(next(p for p in pods if p.metadata.name == "mwms-worker-2"))
     assert config["task"] == {"type": "worker", "index": 2}
@@ -42,7 +36,7 @@ def test_mwms_job_runs_to_success(cluster: Cluster, namespace: str) -> None:
         cluster.finish_pod(namespace, f"mwms-worker-{i}", 0)
     status = cluster.wait_phase(namespace, "mwms", "Succeeded")
     assert status["completionTime"] and status["startTime"]
-    cols = get_columns(cluster, namespace, "mwms")
+    cols = job_columns(cluster, namespace, "mwms")
     assert (cols["PHASE"], cols["RESTARTS"]) == ("Succeeded", "0")
     for reason in ("AllPodsRunning", "JobSucceeded"):
         cluster.wait_event(namespace, "mwms", partial(has_reason, reason), f"event {reason}")
@@ -66,7 +60,7 @@ def test_ps_job_succeeds_and_ps_evaluator_are_deleted(cluster: Cluster, namespac
              30, "ps and evaluator pods deleted")
     remaining = pod_names(cluster, namespace, "psjob")
     assert remaining == ["psjob-chief-0", "psjob-worker-0", "psjob-worker-1", "psjob-worker-2"]
-    cols = wait_for(lambda: (c := get_columns(cluster, namespace, "psjob"))["READY"] == "0/7" and c, 10)
+    cols = wait_for(lambda: (c := job_columns(cluster, namespace, "psjob"))["READY"] == "0/7" and c, 10)
     assert (cols["PHASE"], cols["RESTARTS"]) == ("Succeeded", "0")
 
 
@@ -88,7 +82,7 @@ def test_exit_137_restarts_whole_job_then_succeeds(cluster: Cluster, namespace: 
     cluster.finish_pod(namespace, "retry-worker-0", 0)
     status = cluster.wait_phase(namespace, "retry", "Succeeded")
     assert status["restarts"] == 1
-    assert get_columns(cluster, namespace, "retry")["RESTARTS"] == "1"
+    assert job_columns(cluster, namespace, "retry")["RESTARTS"] == "1"
 
 
 def test_exit_137_with_ps_restarts_only_that_pod(cluster: Cluster, namespace: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from manifests import replica, tf_job
-from support import Cluster, wait_for
+from support import Cluster, job_columns, wait_for
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -18,5 +18,4 @@ def test_an_unschedulable_pod_is_said_in_the_schedulers_words(cluster: Cluster, 
     assert status["phase"] == "Pending"
     assert status["message"].startswith("pod huge-worker-0 can't be scheduled: 0/")
     assert "Insufficient nvidia.com/gpu" in status["message"]
-    columns = cluster.kubectl("get", "dtj", "huge", "-n", namespace).stdout.splitlines()
-    assert columns[0].split()[4] == "REASON" and columns[1].split()[4] == "Unschedulable"
+    assert job_columns(cluster, namespace, "huge", wide=False)["REASON"] == "Unschedulable"

@@ -35,6 +35,11 @@ class FakeClock:
         self.mono += seconds
 
 
+def without_nulls(patch: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: without_nulls(v) if isinstance(v, Mapping) else copy.deepcopy(v) for k, v in patch.items()
+            if v is not None}
+
+
 def key_of(obj: Mapping[str, Any]) -> tuple[str, str, str]:
     return obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
 
@@ -143,7 +148,7 @@ class FakeKube:
         if self.conflicts:
             self.conflicts -= 1
             raise Conflict(name)
-        self.statuses.append(copy.deepcopy(dict(status)))
+        self.statuses.append(without_nulls(status))  # a merge patch's nulls remove, as the API server's
         self.status_versions.append(resource_version)
         return {"status": dict(status)}
 

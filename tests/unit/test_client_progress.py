@@ -34,3 +34,37 @@ def test_a_line_per_change_only() -> None:
 
 def test_outside_a_notebook_progress_is_plain_lines() -> None:
     assert default_progress().__qualname__.startswith("print_changes")
+
+
+PROGRESS = {"epoch": 3, "totalEpochs": 4, "step": 150, "totalSteps": 200, "percent": 75, "eta": "12s",
+            "remainingSeconds": 12, "metrics": {"loss": 0.0213, "accuracy": 0.91}, "reporter": "mnist-worker-0",
+            "reportedAt": "2026-11-25T12:00:00Z",
+            "history": [{"at": f"2026-11-25T11:59:{s:02d}Z", "step": s, "metrics": {"loss": 1 / (1 + s)}}
+                        for s in range(0, 60, 10)],
+            "evaluation": {"metrics": {"loss": 0.0245}, "reporter": "mnist-evaluator-0",
+                           "reportedAt": "2026-11-25T11:59:20Z"}}
+
+
+def test_wait_shows_the_epoch_and_loss() -> None:
+    reported = JobStatus.of({"metadata": {"name": "mnist"}, "status": {
+        "phase": "Running", "ready": "2/2", "restarts": 0, "progress": PROGRESS}})
+    assert reported.line() == ("mnist: Running, 2/2 ready, 0 restarts, epoch 3/4, step 150/200, 75%, ETA 12s, "
+                               "loss 0.0213")
+
+
+def test_disttrain_progress_draws_where_it_is_and_a_curve_per_metric() -> None:
+    import datetime
+
+    from disttrain.client.curves import draw, sparkline
+
+    now = datetime.datetime(2026, 11, 25, 12, 0, 2, tzinfo=datetime.UTC)
+    lines = draw({"metadata": {"name": "mnist"}, "status": {"phase": "Running", "progress": PROGRESS}}, now)
+    assert lines == [
+        "mnist  Running  epoch 3/4  step 150/200  75%  ETA 12s  (mnist-worker-0, 2s ago)",
+        "  loss      █▁▁▁▁▁  0.0213",
+        "  accuracy    0.91",
+        "  evaluation (mnist-evaluator-0, 42s ago): loss 0.0245",
+    ]
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█" and sparkline([2, 2]) == "▁▁"
+    assert draw({"metadata": {"name": "new"}, "status": {}}, now) == [
+        "new  (no phase yet)  no progress reported yet (its pods report with disttrain_progress)"]

@@ -59,3 +59,15 @@ def test_the_created_condition_is_progress_a_new_phase_is_not() -> None:
     assert progress_wait(written, base, {**base, "conditions": [created]}, 100.2) is not None
     running = {"type": "Running", "status": "True", "reason": "Running"}
     assert progress_wait(written, base, {"phase": "Running", "conditions": [created, running]}, 100.2) is None
+
+
+def test_a_field_the_new_status_drops_is_removed_by_the_merge_patch() -> None:
+    """The Succeeded write of `make e2e` (issue 23) kept its ETA: a merge patch keeps every key it
+    doesn't name. What the status was computed from and no longer holds is sent as null."""
+    from disttrain.control.status_writes import merge_patch
+
+    was = {"phase": "Running", "progress": {"percent": 100, "eta": "0s", "remainingSeconds": 0, "metrics": {"loss": 1}}}
+    new = {"phase": "Succeeded", "progress": {"percent": 100, "metrics": {"loss": 1}}}
+    assert merge_patch(was, new) == {"phase": "Succeeded", "progress": {
+        "percent": 100, "eta": None, "remainingSeconds": None, "metrics": {"loss": 1}}}
+    assert merge_patch({}, new) == new

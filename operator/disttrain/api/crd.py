@@ -105,10 +105,46 @@ def status_schema() -> Schema:
                 },
             },
             "gang": gang_status_schema(),
+            "progress": progress_status_schema(),
             "startTime": string_field("When the operator started the job (or resumed it).", format="date-time"),
             "completionTime": string_field("When the job succeeded or failed.", format="date-time"),
             "observedGeneration": {"type": "integer", "format": "int64",
                                    "description": "The spec generation this status describes."},
+        },
+    }
+
+
+def progress_status_schema() -> Schema:
+    def count(what: str) -> Schema:
+        return {"type": "integer", "format": "int64", "minimum": 0, "description": what}
+    metric_map: Schema = {"type": "object", "description": "Metrics by name, as reported (at most 16).",
+                          "additionalProperties": {"type": "number"}}
+    reported = {
+        "epoch": count("Epochs done."), "step": count("Steps done, over the whole training."),
+        "metrics": metric_map, "reporter": string_field("The pod that reported."),
+        "reportedAt": string_field("When it reported (the operator's clock).", format="date-time"),
+    }
+    return {
+        "type": "object",
+        "description": "What the job's pods reported of their training (docs/api.md, Progress): the chief's (or "
+                       "worker 0's, or MPI rank 0's) latest report, the evaluator's, and a short history.",
+        "properties": {
+            **reported,
+            "totalEpochs": count("Epochs in all."),
+            "totalSteps": count("Steps in all."),
+            "percent": int_field("Percent done: steps done / total steps, else epochs done / total epochs.",
+                                 minimum=0, maximum=100),
+            "remainingSeconds": count("Seconds left at the recent rate."),
+            "eta": string_field("Time left at the recent rate (7m12s), or stale."),
+            "stale": {"type": "boolean", "description": "True while a Running job's reporter has been silent too "
+                                                        "long (5 minutes, or three of its usual intervals)."},
+            "evaluation": {"type": "object", "description": "The evaluator's latest report.", "properties": reported},
+            "history": {"type": "array", "maxItems": 64,
+                        "description": "A point per status write with a newer report, oldest first; thinned as "
+                                       "it grows so that it spans the whole training.",
+                        "items": {"type": "object", "properties": {
+                            "at": string_field("When it was reported.", format="date-time"),
+                            "epoch": count("Epochs done."), "step": count("Steps done."), "metrics": metric_map}}},
         },
     }
 
@@ -168,12 +204,18 @@ def printer_columns() -> list[Schema]:
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Phase of the job."},
         {"name": "Ready", "type": "string", "jsonPath": ".status.ready", "description": "Pods Ready / wanted."},
         {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "description": "Restarts so far."},
+        {"name": "Progress%", "type": "integer", "jsonPath": ".status.progress.percent",
+         "description": "Percent of the training done, as its pods reported."},
+        {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta",
+         "description": "Time left at the recent rate, or stale when the reports stopped."},
         {"name": "Reason", "type": "string", "jsonPath": ".status.reason",
          "description": "Why the job is where it is: Queued, WaitingForGang, Unschedulable, ImagePullBackOff, ..."},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Framework", "type": "string", "jsonPath": ".status.framework", "priority": 1},
         {"name": "Started", "type": "date", "jsonPath": ".status.startTime", "priority": 1},
         {"name": "Completed", "type": "date", "jsonPath": ".status.completionTime", "priority": 1},
+        {"name": "Metrics", "type": "string", "jsonPath": ".status.progress.metrics", "priority": 1,
+         "description": "The latest reported training metrics."},
     ]
 
 

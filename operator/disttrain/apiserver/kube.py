@@ -198,6 +198,14 @@ class Kube:
             raise
         return {"metadata": {"resourceVersion": _answer.decode(answer).metadata.resourceVersion}}
 
+    async def token_review(self, token: str, audiences: list[str]) -> dict[str, Any]:
+        """The API server's word on a token (a TokenReview's status: authenticated, user, audiences).
+        The token is in the request's body only: nothing here logs it."""
+        answer = await self.rest.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body={
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token, "audiences": audiences}})
+        return dict(answer.get("status") or {})
+
     async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         await self._delete(path(JOBS, PLURAL, namespace, name), uid)
 

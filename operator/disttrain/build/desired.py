@@ -15,11 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from disttrain.api.objects import JobRef, PodKey
+from disttrain.api.progress import reporter_role
 from disttrain.api.spec import GangProvider, JobSpec
-from disttrain.build import mpi, network, pods, scheduling, tensorflow
+from disttrain.build import mpi, network, pods, progress, scheduling, tensorflow
 
 
-def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | None = None) -> dict[str, Any]:
+def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | None = None,
+            report_to: progress.ProgressEndpoint | None = None) -> dict[str, Any]:
+    """`report_to`: the operator's progress endpoint, given to the pods that report (None: not served)."""
     env = pods.common_env(ref, spec, key)
     if spec.tensorflow is not None:
         env |= tensorflow.pod_env(ref, spec.tensorflow, key)
@@ -28,6 +31,9 @@ def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | No
         assert spec.mpi is not None
         env |= mpi.pod_env(spec.mpi, key)
         pod = mpi.pod_additions(ref, spec.mpi, key, pods.base_pod(ref, spec, key, env))
+    role = reporter_role(spec, key.replica_type, key.index)
+    if report_to is not None and role is not None:
+        pod = progress.pod_additions(pod, ref, report_to, role)
     return scheduling.pod_fields(ref, spec, provider, pod)
 
 

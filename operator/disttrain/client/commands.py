@@ -1,12 +1,16 @@
-"""`disttrain logs` (also `kubectl disttrain logs`, the same program installed as a kubectl plugin)."""
+"""`disttrain logs` and `disttrain progress` (also `kubectl disttrain ...`, the same program installed
+as a kubectl plugin)."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
+import time
 
+from disttrain.client.curves import draw
 from disttrain.client.joblogs import JobNotFound
-from disttrain.client.training import Client
+from disttrain.client.training import Client, JobError
 
 
 def logs_command(job: str, *, namespace: str | None, follow: bool, replica_type: str | None, previous: bool,
@@ -24,3 +28,29 @@ def logs_command(job: str, *, namespace: str | None, follow: bool, replica_type:
     except BrokenPipeError:  # `disttrain logs job | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
+
+
+def progress_command(job: str, *, namespace: str | None, follow: bool, interval: float = 2.0,
+                     kubeconfig: str | None = None, context: str | None = None) -> int:
+    """The job's progress and curves (client/curves.py); with `follow`, redrawn as its status
+    changes until it succeeds or fails (in place on a terminal, a new block per change elsewhere)."""
+    in_place = sys.stdout.isatty()
+    shown: list[str] = []
+    try:
+        with Client(namespace, kubeconfig=kubeconfig, context=context) as dt:
+            while True:
+                found = dt.get(job)
+                lines = draw(found, datetime.datetime.now(datetime.UTC))
+                if lines != shown:
+                    if in_place and shown:
+                        sys.stdout.write(f"\x1b[{len(shown)}F\x1b[J")  # up over the last drawing, cleared
+                    print("\n".join(lines), flush=True)
+                    shown = lines
+                if not follow or (found.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    return 0
+                time.sleep(interval)
+    except JobError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

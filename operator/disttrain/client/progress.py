@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from disttrain.client.curves import short
+
 
 @dataclass(frozen=True)
 class JobStatus:
@@ -19,24 +21,28 @@ class JobStatus:
     restarts: int
     reason: str
     message: str
+    training: str = ""  # what its pods reported: "epoch 3/4, 75%, ETA 12s, loss 0.0213" (client/curves.py)
 
     @classmethod
     def of(cls, job: Mapping[str, Any]) -> JobStatus:
         status = job.get("status") or {}
         return cls(name=(job.get("metadata") or {}).get("name", ""), phase=status.get("phase", ""),
                    ready=status.get("ready", ""), restarts=int(status.get("restarts") or 0),
-                   reason=status.get("reason", ""), message=status.get("message", ""))
+                   reason=status.get("reason", ""), message=status.get("message", ""),
+                   training=short(status.get("progress")))
 
     @property
     def finished(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
 
     def line(self) -> str:
-        """`mnist: Running, 2/2 ready, 0 restarts (AllPodsRunning: all 2 pods are running)`"""
+        """`mnist: Running, 2/2 ready, 0 restarts, epoch 3/4, 75%, ETA 12s, loss 0.0213 (AllPodsRunning: ...)`"""
         head = f"{self.name}: {self.phase or 'waiting for the operator'}"
         if self.ready:
             head += f", {self.ready} ready"
         head += f", {self.restarts} restart{'' if self.restarts == 1 else 's'}"
+        if self.training:
+            head += f", {self.training}"
         why = ": ".join(x for x in (self.reason, self.message) if x)
         return f"{head} ({why})" if why else head
 

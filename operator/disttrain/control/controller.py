@@ -17,18 +17,21 @@ from typing import Any
 
 from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod
+from disttrain.api.progress import Role, reporter_role
 from disttrain.api.spec import SpecError, parse_spec
 from disttrain.api.status import Phase, enter_phase, timestamp
 from disttrain.apiserver.kube import Conflict, NamespaceTerminating
 from disttrain.apiserver.kube_api import KubeAPI
 from disttrain.apiserver.retries import Explained
 from disttrain.build import mpi
+from disttrain.build.progress import ProgressEndpoint
 from disttrain.control.children import Children
 from disttrain.control.expectations import Expectations
 from disttrain.control.groups import Groups
+from disttrain.control.progress_book import ProgressBook
 from disttrain.control.queues import Queues
 from disttrain.control.ssh_keys import generate_ssh_keys
-from disttrain.control.status_writes import StatusWriter
+from disttrain.control.status_writes import REPORTED_PROGRESS_INTERVAL, StatusWriter
 from disttrain.control.teardown import Namespaces
 from disttrain.control.telling import Telling
 from disttrain.control.tombstones import RESYNC_SECONDS, Tombstones, resync_forever
@@ -57,7 +60,9 @@ class Controller:
     # client's own concurrency in `make bench`). At 32, per-job p50 in the burst was 4.6 s where
     # the plain client's was 3.3; at 80, 4.1 and 3.8 (issue 25).
     def __init__(self, kube: KubeAPI, workers: int = 16, create_concurrency: int = 80,
-                 clock: Clock | None = None, resync_seconds: float = RESYNC_SECONDS) -> None:
+                 clock: Clock | None = None, resync_seconds: float = RESYNC_SECONDS,
+                 report_to: ProgressEndpoint | None = None,
+                 progress_interval: float = REPORTED_PROGRESS_INTERVAL) -> None:
         self.kube = kube
         self.resync_seconds = resync_seconds
         self.clock: Clock = clock or SystemClock()
@@ -65,7 +70,10 @@ class Controller:
         self.expectations: dict[JobKey, Expectations] = {}
         self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
         self.uids: dict[JobKey, str] = {}
-        self.statuses = StatusWriter(kube, self.clock)
+        self.statuses = StatusWriter(kube, self.clock, progress_interval)
+        # Training progress the pods report (watch/progress_server.py), and where they report to.
+        self.report_to = report_to
+        self.progress = ProgressBook(wake=lambda key: self.queue.add_after(key, self.statuses.progress_due(key)))
         self.refusals: dict[JobKey, create_refusals.Refusal] = {}
         self.telling = Telling(kube, self.clock)
         self.groups = Groups(kube, self.clock)
@@ -117,7 +125,8 @@ class Controller:
                                     Reason.INVALID_SPEC, str(err))
         started = self.clock.monotonic()
         job = JobState(ref=ref, generation=int(meta.get("generation") or 0), spec=spec,
-                       status=dict(body.get("status") or {}))
+                       status=dict(body.get("status") or {}), progress=self.progress.state(key, ref.uid),
+                       report_to=self.report_to)
         keys = None
         if spec.mpi is not None:
             # Kept while the job lives: its Secret is made once, but a plan that creates pods
@@ -146,6 +155,7 @@ class Controller:
         for memory in (self.expectations, self.refusals):
             memory.pop(key, None)
         self.statuses.forget(key)
+        self.progress.forget(key)
         self.telling.forget(key)
         self.tombstones.forget(key)
         self.queue.forget(key)
@@ -154,6 +164,16 @@ class Controller:
             self.children.forget(uid)
             self.ssh_keys.pop(uid, None)
             self.groups.forget(uid)
+
+    def role_of(self, key: JobKey, pod: ObservedPod) -> Role | None:
+        """What `pod` may report for its job (api/progress.py), from the job as indexed."""
+        body = next(iter(self._jobs.get(key, ())), None)
+        if body is None or body["metadata"].get("uid") != pod.owner_uid:
+            return None
+        try:
+            return reporter_role(parse_spec(body.get("spec") or {}), pod.replica_type, pod.index)
+        except SpecError:
+            return None
 
     def _expectations(self, key: JobKey, ref: JobRef) -> Expectations:
         exp = self.expectations.get(key)
@@ -243,7 +263,8 @@ class Controller:
         if written_before == plan.status:
             return refusal.backoff
         before = last.after if last is not None else body["metadata"].get("resourceVersion")
-        return refusal.backoff if await self.statuses.write(key, ref, plan.status, before) else 1.0
+        was = written_before if written_before is not None else body.get("status")
+        return refusal.backoff if await self.statuses.write(key, ref, plan.status, before, was) else 1.0
 
     async def _fail(self, key: JobKey, ref: JobRef, status: Mapping[str, Any] | None, version: str | None,
                     reason: Reason, message: str) -> float | None:
@@ -257,7 +278,7 @@ class Controller:
         now = timestamp(self.clock.now())
         new = enter_phase(current, Phase.FAILED, reason, message, now)
         new["completionTime"] = current.get("completionTime") or now
-        if not await self.statuses.write(key, ref, new, version, remember=False):
+        if not await self.statuses.write(key, ref, new, version, current, remember=False):
             return 1.0
         await self._event(ref, Event("Warning", reason, message))
         metrics.count_transition(reason)

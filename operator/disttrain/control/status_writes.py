@@ -13,6 +13,13 @@ status writes per job where 2 are needed (Pending, then Running). With 5 s: 2.0.
 READY column of `kubectl get dtj` may lag up to 5 s while pods come up or go unready; phases,
 failures and restarts never wait.
 
+What the pods report of their training (`status.progress`, decide/progress.py) waits longer:
+REPORTED_PROGRESS_INTERVAL after the job's last write (`disttrain run --progress-status-seconds`),
+however often the pods report. Why 15 seconds: a status write is an etcd write of the whole job
+(its pod templates: 5-30 KB), and a cluster of 1,000 training jobs then makes 67 of them a
+second; kubectl's watch and the terminal's curves need no more, and the per-job gauges follow
+every report for Prometheus (runtime/job_gauges.py).
+
 A new job's first status waits for its pods (`after_creates`): the pass that makes them writes
 nothing before it makes them, and the pass right after (the pods now expected) writes Pending with
 Created and the pods counted. As Kubernetes' Job controller does (create, then status): one status
@@ -36,6 +43,8 @@ JobKey = tuple[str, str]
 
 PROGRESS_WRITE_INTERVAL = 5.0  # seconds a progress-only change waits after the job's last write
 PROGRESS_FIELDS = frozenset({"ready", "replicaStatuses"})
+REPORTED = "progress"  # what the pods reported (decide/progress.py)
+REPORTED_PROGRESS_INTERVAL = 15.0
 # Conditions that mark progress within a phase, not a transition: Created (every pod of the
 # attempt exists) comes a moment after the Pending write and before Running; written on its own
 # it was a third write per job in `make bench`'s burst (issue 25).
@@ -69,16 +78,17 @@ def with_own_status(written: WrittenStatus | None, body: Mapping[str, Any]) -> M
 
 
 def progress_wait(written: WrittenStatus | None, current: Mapping[str, Any], new: Mapping[str, Any],
-                  now: float) -> float | None:
+                  now: float, reported_interval: float = REPORTED_PROGRESS_INTERVAL) -> float | None:
     """Seconds to hold a progress-only status change back; None to write now."""
     if written is None or new == current:
         return None
     changed = {k for k in current.keys() | new.keys() if current.get(k) != new.get(k)}
     if "conditions" in changed and _beyond_progress(current.get("conditions"), new.get("conditions")):
         return None
-    if not changed - {"conditions"} <= PROGRESS_FIELDS:
+    if not changed - {"conditions"} <= PROGRESS_FIELDS | {REPORTED}:
         return None
-    wait = written.at + PROGRESS_WRITE_INTERVAL - now
+    interval = reported_interval if changed == {REPORTED} else PROGRESS_WRITE_INTERVAL
+    wait = written.at + interval - now
     return wait if wait > 0 else None
 
 
@@ -95,6 +105,19 @@ def after_creates(current: Mapping[str, Any], plan_status: Mapping[str, Any], cr
     return creates_pods and not current.get("phase") and plan_status.get("phase") == "Pending"
 
 
+def merge_patch(was: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """`new` as a JSON merge patch over `was` (RFC 7396): what `was` holds and `new` doesn't is sent
+    as null, which removes it (a finished job's ETA); nested objects alike. Without the nulls a
+    merge patch keeps every key it doesn't name."""
+    out = dict(new)
+    for name, before in was.items():
+        if name not in new:
+            out[name] = None
+        elif isinstance(before, Mapping) and isinstance(new[name], Mapping):
+            out[name] = merge_patch(before, new[name])
+    return out
+
+
 def version(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
@@ -108,14 +131,19 @@ class StatusWriter:
     """Writes jobs' statuses, each over the resourceVersion it was computed from, and remembers
     the last one written per job (`written`)."""
 
-    def __init__(self, kube: StatusAPI, clock: Clock) -> None:
-        self.kube, self.clock = kube, clock
+    def __init__(self, kube: StatusAPI, clock: Clock, reported_interval: float = REPORTED_PROGRESS_INTERVAL) -> None:
+        self.kube, self.clock, self.reported_interval = kube, clock, reported_interval
         self.written: dict[JobKey, WrittenStatus] = {}
         self.deferred: set[JobKey] = set()  # new jobs whose first status waits for their creates
 
     def view(self, key: JobKey, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """The job as of our last write, when the index doesn't show it yet."""
         return with_own_status(self.written.get(key), body)
+
+    def progress_due(self, key: JobKey) -> float:
+        """Seconds until reported progress may be written for the job."""
+        last = self.written.get(key)
+        return 0.0 if last is None else max(0.0, last.at + self.reported_interval - self.clock.monotonic())
 
     def forget(self, key: JobKey) -> None:
         self.written.pop(key, None)
@@ -139,19 +167,21 @@ class StatusWriter:
             self.deferred.add(key)  # once: a pass whose creates must wait writes its status next time
             plan.requeue_within(0)  # the next pass writes it, with the pods just made counted
             return True
-        wait = progress_wait(self.written.get(key), current, plan.status, now)
+        wait = progress_wait(self.written.get(key), current, plan.status, now, self.reported_interval)
         if wait is not None:
             plan.requeue_within(wait)
         if wait is not None or plan.status == current:
             return True
-        return await self.write(key, ref, plan.status, body["metadata"].get("resourceVersion"))
+        return await self.write(key, ref, plan.status, body["metadata"].get("resourceVersion"), current)
 
     async def write(self, key: JobKey, ref: JobRef, status: Mapping[str, Any], before: str | None,
-                    remember: bool = True) -> bool:
-        """`status` over `before` (None: unconditionally). False on a Conflict: the job changed
-        since, and is reconciled again from its newer version."""
+                    was: Mapping[str, Any] | None = None, remember: bool = True) -> bool:
+        """`status` over `before` (None: unconditionally), in place of `was` (what it was computed
+        from: what it no longer holds is removed). False on a Conflict: the job changed since, and
+        is reconciled again from its newer version."""
         try:
-            written = await self.kube.patch_job_status(ref.namespace, ref.name, status, before or None)
+            written = await self.kube.patch_job_status(ref.namespace, ref.name, merge_patch(was or {}, status),
+                                                       before or None)
         except Conflict:
             self.written.pop(key, None)
             return False

@@ -18,8 +18,10 @@ from disttrain.build import mpi, scheduling
 from disttrain.build.gang import GroupStatus
 from disttrain.build.naming import pod_name
 from disttrain.build.pods import desired_pod_keys
+from disttrain.build.progress import ProgressEndpoint
 from disttrain.decide.plan import Event, Plan
 from disttrain.decide.policies import cleanup
+from disttrain.decide.progress import ProgressState
 from disttrain.decide.queueing import ObservedWorkload, QueueState
 from disttrain.decide.reasons import Reason
 
@@ -38,6 +40,10 @@ class JobState:
     group: GroupStatus | None = None
     # A queued job's Kueue state (None: not queued).
     queue: QueueState | None = None
+    # What its pods reported of their training, latest first (None: nothing since the operator started).
+    progress: ProgressState | None = None
+    # Where its reporting pods report (the operator's progress endpoint; None: not served).
+    report_to: ProgressEndpoint | None = None
 
 
 class Pass:

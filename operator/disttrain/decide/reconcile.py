@@ -25,7 +25,7 @@ from disttrain.api.spec import GangProvider, ReplicaType, RestartScope
 from disttrain.api.status import FINISHED, Phase, set_condition, timestamp
 from disttrain.build import gang, mpi
 from disttrain.build.desired import job_pod, supporting_objects
-from disttrain.decide import queue_steps
+from disttrain.decide import progress, queue_steps
 from disttrain.decide.passes import JobState, Pass
 from disttrain.decide.plan import Event, Plan
 from disttrain.decide.policies import cleanup, deadline, failure, startup, success, ttl, waiting
@@ -49,6 +49,7 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
         (queue_steps.hold_in_queue(p) or choose_gang_provider(p) or fail_past_deadline(p) or succeed(p)
          or fail_fatally(p) or restart_failed(p) or fail_kubelet_backoff(p) or start(p))
     queue_steps.report(p)
+    report_progress(p)
     delete_after_ttl(p)
     return p.summarize()
 
@@ -208,7 +209,7 @@ def create_missing(p: Pass) -> None:
         p.plan.requeue_within(GROUP_POLL_SECONDS)  # its phase is read, not watched
         return
     for key in to_create:
-        pod = queue_steps.place(p, key, job_pod(p.job.ref, p.spec, key, p.provider))
+        pod = queue_steps.place(p, key, job_pod(p.job.ref, p.spec, key, p.provider, p.job.report_to))
         if pod is None:  # the admission contradicts the template: the job has failed
             p.plan.create = []
             return
@@ -234,6 +235,15 @@ def explain_waiting(p: Pass) -> None:
 
 def running_workers(p: Pass) -> list[int]:
     return sorted(pod.index for pod in p.live if pod.replica_type == ReplicaType.WORKER and pod.phase == "Running")
+
+
+def report_progress(p: Pass) -> None:
+    """What the job's pods reported of their training (decide/progress.py)."""
+    found, recheck = progress.progress_status(p.job.progress, p.job.status.get("progress"), p.phase, p.now)
+    if found is not None:
+        p.plan.status["progress"] = found
+    if recheck is not None:
+        p.plan.requeue_within(recheck)
 
 
 def delete_after_ttl(p: Pass) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge
 
+from disttrain.api.progress import Report
 from disttrain.api.spec import SpecError, parse_spec
 from disttrain.api.status import Phase, parse_timestamp
 
@@ -68,6 +69,12 @@ class JobGauges:
         self.restarts = gauge("disttrain_job_restarts", "Restarts of the job so far (status.restarts)")
         self.seconds_to_running = gauge("disttrain_job_seconds_to_running",
                                         "Seconds from the job's creation to every pod running, first time")
+        # What the pods report (api/progress.py): bounded by its MAX_METRICS per role.
+        self.progress_percent = gauge("disttrain_job_progress_percent",
+                                      "Percent of the training done, as the job's training reporter last said")
+        self.metric = gauge("disttrain_job_metric", "The latest value of a metric a job's pod reported (loss, "
+                            "accuracy, ...); role is training or evaluation", "role", "metric")
+        self._reported: dict[tuple[str, str], set[tuple[str, str]]] = {}  # job -> (role, metric) series
         self._uids: dict[tuple[str, str], str] = {}  # the jobs that have series, and whose they are
         self._phases: dict[tuple[str, str], str] = {}  # the phase each job's series is labelled with
         self._ran: set[tuple[str, str]] = set()  # the jobs whose seconds_to_running is set
@@ -96,13 +103,26 @@ class JobGauges:
             self.seconds_to_running.labels(*key).set(now.seconds_to_running)
             self._ran.add(key)
 
+    def observe_report(self, key: tuple[str, str], role: str, report: Report) -> None:
+        """A report a job's pod made: its percent and each of its metrics."""
+        fraction = report.fraction
+        if role == "training" and fraction is not None:
+            self.progress_percent.labels(*key).set(round(fraction * 100, 2))
+        series = self._reported.setdefault(key, set())
+        for name, value in report.metrics.items():
+            self.metric.labels(*key, role, name).set(value)
+            series.add((role, name))
+
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
+        for role, metric in self._reported.pop(key, ()):
+            self.metric.remove(*key, role, metric)
         self._uids.pop(key, None)
         self._ran.discard(key)
         phase = self._phases.pop(key, None)
         if phase is not None:
             self.phase.remove(*key, phase)
-        for gauge in (self.pods_ready, self.pods_desired, self.restarts, self.seconds_to_running):
+        for gauge in (self.pods_ready, self.pods_desired, self.restarts, self.seconds_to_running,
+                      self.progress_percent):
             gauge.remove(*key)
 

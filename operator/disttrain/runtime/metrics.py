@@ -12,6 +12,9 @@ JOBS_FAILED = Counter("disttrain_jobs_failed_total", "Jobs that failed")
 JOBS_RESTARTED = Counter("disttrain_jobs_restarted_total", "Pod- or job-level restarts the operator made")
 PODS_CREATED = Counter("disttrain_pods_created_total", "Pods the operator created")
 PODS_DELETED = Counter("disttrain_pods_deleted_total", "Pods the operator deleted")
+PROGRESS_REPORTS = Counter(
+    "disttrain_progress_reports_total", "Progress reports pods sent, by how they were answered: accepted, "
+    "invalid, unauthenticated, forbidden, throttled, unavailable", ["result"])
 RECONCILE_SECONDS = Histogram("disttrain_reconcile_duration_seconds", "Time of one reconcile, API writes included")
 # Per job (phase, pods ready and wanted, restarts, time to running), set from the jobs' watch events.
 JOB_GAUGES = JobGauges()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -17,12 +18,26 @@ from disttrain.api.constants import GROUP, JOB_NAME_LABEL, PLURAL, VERSION
 from disttrain.apiserver import credentials
 from disttrain.apiserver.kube import Kube
 from disttrain.apiserver.rest import Rest
+from disttrain.build.progress import ProgressEndpoint
 from disttrain.control.controller import Controller, JobKey
+from disttrain.control.status_writes import REPORTED_PROGRESS_INTERVAL
 from disttrain.control.tombstones import RESYNC_SECONDS
 from disttrain.decide.queueing import ObservedWorkload, observe_workload
-from disttrain.runtime import metrics
+from disttrain.runtime import metrics, serving_cert
 from disttrain.runtime.memory import trim_when_quiet
 from disttrain.watch.podwatch import PodWatch, exact_names
+from disttrain.watch.progress_server import ProgressServer
+
+
+@dataclass(frozen=True)
+class ProgressSettings:
+    """`disttrain run --progress-port`: where the progress endpoint listens and what pods are told."""
+
+    port: int
+    url: str  # as the pods reach it
+    secret: tuple[str, str]  # namespace, name: its CA and serving certificate
+    hosts: tuple[str, ...]  # what the certificate names
+    status_seconds: float  # a job's reported progress is written at most once in this long
 
 
 @kopf.on.login()
@@ -58,14 +73,22 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     # no scan of namespaces or resources, so no request the namespaced chart's Roles refuse.
     settings.scanning.disabled = exact_names(memo.get("namespaces") or ())
     rest = Rest(credentials.login)
-    controller = Controller(Kube(rest), workers=int(memo.get("workers", 16)),
-                            resync_seconds=float(memo.get("resync_seconds", RESYNC_SECONDS)))
+    kube = Kube(rest)
+    progress: ProgressSettings | None = memo.get("progress")
+    cert = await serving_cert.ensure(kube, *progress.secret, progress.hosts) if progress else None
+    controller = Controller(kube, workers=int(memo.get("workers", 16)),
+                            resync_seconds=float(memo.get("resync_seconds", RESYNC_SECONDS)),
+                            report_to=ProgressEndpoint(progress.url, cert.ca.decode()) if progress and cert else None,
+                            progress_interval=progress.status_seconds if progress else REPORTED_PROGRESS_INTERVAL)
     pods = PodWatch(rest, memo.get("namespaces") or (), changed=controller.queue.add,
                     deleted=controller.tombstones.pod_deleted)
     controller.bind(pods=pods.view)
     memo["controller"] = controller
     memo["tasks"] = [asyncio.create_task(pods.run(), name="pod watch"),
                      asyncio.create_task(trim_when_quiet(lambda: controller.queue.handled), name="trim")]
+    if progress and cert:
+        server = memo["progress_server"] = ProgressServer(kube, pods, controller.progress, controller.role_of)
+        await server.start(progress.port, cert.ssl_context())
     # No job is reconciled before its pods are known: against an empty index it would make them again.
     await pods.synced.wait()
     controller.start()
@@ -73,6 +96,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
+    server: ProgressServer | None = memo.get("progress_server")
+    if server is not None:
+        await server.stop()
     tasks: list[asyncio.Task[None]] = memo.get("tasks") or []
     for task in tasks:
         task.cancel()

@@ -95,6 +95,12 @@ class PodWatch:
         self.synced = asyncio.Event()  # set once every scope has listed: reconciling may begin
         self._listed: set[str | None] = set()
 
+    def find(self, uid: str) -> tuple[JobKey, ObservedPod] | None:
+        """The pod of this uid and its job's key, if it is one of ours (the progress endpoint asks)."""
+        key = self.where.get(uid)
+        pod = self.held.get(key, {}).get(uid) if key is not None else None
+        return (key, pod) if key is not None and pod is not None else None
+
     async def run(self) -> None:
         await asyncio.gather(*(self._follow(scope) for scope in self.scopes))
 

@@ -1,0 +1,58 @@
+"""The latest report of each role of each job, as the progress endpoint accepted them.
+
+Only the latest matters: `status.progress` keeps its own history (decide/progress.py), so what
+lives here is one report per role per job and the usual gap between training reports, and
+nothing is lost by a restart that the next report doesn't bring back. A report wakes the job's
+reconcile through `wake`, which the controller times by the status writes' own interval: however
+often pods report, a job is looked at for it once per interval.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from disttrain.api.progress import Report, Role
+from disttrain.decide.progress import ProgressState, Reported
+from disttrain.runtime import metrics
+
+JobKey = tuple[str, str]
+GAP_WEIGHT = 0.3  # of the newest gap in the running average of gaps between training reports
+
+
+@dataclass
+class _Entry:
+    uid: str  # the job's: a job made again under the same name starts afresh
+    state: ProgressState
+
+
+class ProgressBook:
+    def __init__(self, wake: Callable[[JobKey], None] = lambda key: None) -> None:
+        self.wake = wake
+        self._entries: dict[JobKey, _Entry] = {}
+
+    def record(self, key: JobKey, job_uid: str, role: Role, reporter: str, report: Report,
+               at: datetime.datetime) -> None:
+        entry = self._entries.get(key)
+        if entry is None or entry.uid != job_uid:
+            entry = self._entries[key] = _Entry(job_uid, ProgressState())
+        state = entry.state
+        reported = Reported(report, reporter, at)
+        if role is Role.TRAINING:
+            gap = state.gap_seconds
+            if state.training is not None:
+                newest = max(0.0, (at - state.training.at).total_seconds())
+                gap = newest if gap is None else (1 - GAP_WEIGHT) * gap + GAP_WEIGHT * newest
+            entry.state = ProgressState(training=reported, evaluation=state.evaluation, gap_seconds=gap)
+        else:
+            entry.state = ProgressState(training=state.training, evaluation=reported, gap_seconds=state.gap_seconds)
+        metrics.JOB_GAUGES.observe_report(key, role.value, report)
+        self.wake(key)
+
+    def state(self, key: JobKey, job_uid: str) -> ProgressState | None:
+        entry = self._entries.get(key)
+        return entry.state if entry is not None and entry.uid == job_uid else None
+
+    def forget(self, key: JobKey) -> None:
+        self._entries.pop(key, None)

@@ -1,0 +1,249 @@
+"""Report a training's progress to the disttrain operator, from inside a DistTrainJob's pod.
+
+    import disttrain_progress as progress
+    progress.report(epoch=3, total_epochs=10, step=1200, total_steps=4000, metrics={"loss": 0.23})
+    model.fit(..., callbacks=[progress.keras_callback()])      # Keras: per epoch, and every few seconds
+    progress.for_rank(hvd.rank()).report(...)                  # Horovod: rank 0 reports, the others don't
+
+`kubectl get dtj` then shows PROGRESS% and ETA, `disttrain progress JOB` draws the curves.
+
+Standard library only. It never fails or slows the training: `report()` only swaps in the latest
+report (one is held; an older one not yet sent is dropped), a daemon thread sends it, and when the
+operator can't be reached the thread backs off (to a minute) while training goes on. Outside a
+reporting pod (no progress volume: an operator without a progress endpoint, a pod that doesn't
+report for its job, your laptop) every call does nothing.
+
+The operator gives a reporting pod a volume (DISTTRAIN_PROGRESS_DIR, else DEFAULT_DIR) holding
+`url`, `ca.crt`, `role` and `token`, a service-account token bound to the pod, which the kubelet
+renews: it is read afresh for each report. Files, not variables, so MPI ranks that sshd starts
+find them too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import re
+import ssl
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+__all__ = ["DEFAULT_DIR", "Reporter", "flush", "for_rank", "keras_callback", "report", "reporter"]
+
+DEFAULT_DIR = "/var/run/secrets/disttrain.dev/progress"
+MAX_METRICS = 16
+_NAME = re.compile(r"[^A-Za-z0-9_]")
+BACKOFF = (1.0, 60.0)  # seconds after a failed send: first, at most
+
+
+def _clean_metrics(metrics: dict[str, Any] | None) -> dict[str, float]:
+    """Names the operator takes (letters, digits, _), finite numbers only, at most 16."""
+    out: dict[str, float] = {}
+    for name, value in (metrics or {}).items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        key = _NAME.sub("_", str(name))[:64]
+        if key and key[0].isdigit():
+            key = "_" + key[:63]
+        if key and math.isfinite(number) and len(out) < MAX_METRICS:
+            out[key] = number
+    return out
+
+
+class Reporter:
+    """Sends the latest report from a daemon thread. `role` is what this pod reports for its job:
+    training or evaluation (read from the volume; None: this process doesn't report)."""
+
+    def __init__(self, directory: str | None = None, min_interval: float = 2.0, timeout: float = 5.0) -> None:
+        self.directory = directory or os.environ.get("DISTTRAIN_PROGRESS_DIR") or DEFAULT_DIR
+        self.min_interval, self.timeout = min_interval, timeout
+        self.url = self._read("url")
+        self.role = self._read("role") or None
+        self._context: ssl.SSLContext | None = None
+        self._pending: dict[str, Any] | None = None
+        self._sending = False
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._said: set[str] = set()
+        self.sent = self.refused = 0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.url and self.role)
+
+    def _read(self, name: str) -> str:
+        try:
+            with open(os.path.join(self.directory, name), encoding="utf-8") as file:
+                return file.read().strip()
+        except OSError:
+            return ""
+
+    def report(self, epoch: int | None = None, total_epochs: int | None = None, step: int | None = None,
+               total_steps: int | None = None, metrics: dict[str, Any] | None = None) -> None:
+        """The training's state now (every argument optional; epochs and steps done so far)."""
+        if not self.enabled:
+            return
+        body: dict[str, Any] = {k: int(v) for k, v in (("epoch", epoch), ("totalEpochs", total_epochs),
+                                                        ("step", step), ("totalSteps", total_steps)) if v is not None}
+        body["metrics"] = _clean_metrics(metrics)
+        with self._lock:
+            self._pending = body
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="disttrain-progress", daemon=True)
+                self._thread.start()
+            self._lock.notify_all()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until the latest report is sent (or `timeout`): at the end of training."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._pending is not None or self._sending:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._thread is None:
+                    return False
+                self._lock.wait(left)
+        return True
+
+    def _run(self) -> None:
+        failures = 0
+        while True:
+            with self._lock:
+                while self._pending is None:
+                    self._lock.wait()
+                body, self._pending, self._sending = self._pending, None, True
+            wait = self._send(body)
+            with self._lock:
+                self._sending = False
+                if wait and self._pending is None:
+                    self._pending = body  # not sent: the latest still, unless a newer one came
+                self._lock.notify_all()
+            if wait is None:
+                failures, pause = 0, self.min_interval  # at most one report every min_interval
+            else:
+                failures += 1
+                pause = max(wait, min(BACKOFF[1], BACKOFF[0] * 2 ** (failures - 1)))
+            time.sleep(pause)
+
+    def _send(self, body: dict[str, Any]) -> float | None:
+        """None when sent or refused for good; else the seconds to wait before trying again."""
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST", headers={
+            "Content-Type": "application/json", "Authorization": f"Bearer {self._read('token')}"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self._ssl()) as answer:
+                answer.read()
+            self.sent += 1
+            return None
+        except urllib.error.HTTPError as err:
+            if err.code == 429 or err.code >= 500:  # throttled, or the operator's trouble: later
+                return float(err.headers.get("Retry-After") or 0) or BACKOFF[0]
+            self.refused += 1
+            self._say(f"refused ({err.code}): {err.read().decode(errors='replace')[:300]}")
+            return None
+        except (OSError, ValueError) as err:  # unreachable, TLS, timeout
+            self._say(f"not sent ({type(err).__name__}: {err}); retrying with backoff")
+            return BACKOFF[0]
+
+    def _ssl(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = ssl.create_default_context(cafile=os.path.join(self.directory, "ca.crt"))
+        return self._context
+
+    def _say(self, message: str) -> None:
+        """Once per kind of trouble, on stderr: the training's log is not the place for more."""
+        kind = message.split(":", 1)[0]
+        if kind not in self._said:
+            self._said.add(kind)
+            print(f"disttrain_progress: {message}", file=sys.stderr, flush=True)
+
+
+class _Silent:
+    """A reporter that reports nothing: the ranks other than 0."""
+
+    enabled = False
+    role = None
+
+    def report(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        return True
+
+
+_default: Reporter | None = None
+
+
+def reporter() -> Reporter:
+    """This process's reporter (made on first use; flushed at exit)."""
+    global _default
+    if _default is None:
+        _default = Reporter()
+        if _default.enabled:
+            atexit.register(_default.flush, 3.0)
+    return _default
+
+
+def report(epoch: int | None = None, total_epochs: int | None = None, step: int | None = None,
+           total_steps: int | None = None, metrics: dict[str, Any] | None = None) -> None:
+    reporter().report(epoch=epoch, total_epochs=total_epochs, step=step, total_steps=total_steps, metrics=metrics)
+
+
+def flush(timeout: float = 5.0) -> bool:
+    return reporter().flush(timeout)
+
+
+def for_rank(rank: int) -> Reporter | _Silent:
+    """Horovod: rank 0's reporter; a silent one for every other rank."""
+    return reporter() if rank == 0 else _Silent()
+
+
+def keras_callback(target: Reporter | _Silent | None = None, every_seconds: float = 5.0) -> Any:
+    """A Keras callback reporting epochs at their end and steps every `every_seconds`, with the
+    logs' metrics (loss, accuracy, ...), and flushing at the end of training. Keras is imported
+    here, not before: the module itself needs nothing but the standard library."""
+    import tensorflow as tf
+
+    sink = target if target is not None else reporter()
+
+    class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.epoch, self.step, self.last = 0, 0, 0.0
+            # Batch logs stay tensors until a report reads them (every `every_seconds`): converting
+            # them for every batch would wait on the device each step.
+            self._supports_tf_logs = True
+
+        def _totals(self) -> tuple[int | None, int | None]:
+            epochs, steps = self.params.get("epochs"), self.params.get("steps")
+            return epochs, (epochs * steps if epochs and steps else None)
+
+        def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            steps = self.params.get("steps") or 0
+            self.step = self.epoch * steps + batch + 1
+            if time.monotonic() - self.last >= every_seconds:
+                self.last = time.monotonic()
+                epochs, total_steps = self._totals()
+                sink.report(epoch=self.epoch, total_epochs=epochs, step=self.step, total_steps=total_steps,
+                            metrics=logs)
+
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            epochs, total_steps = self._totals()
+            steps = self.params.get("steps") or 0
+            sink.report(epoch=epoch + 1, total_epochs=epochs, step=(epoch + 1) * steps or None,
+                        total_steps=total_steps, metrics=logs)
+            self.last = time.monotonic()
+
+        def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+            sink.flush(5.0)
+
+    return ProgressCallback()

@@ -1,0 +1,186 @@
+"""Training progress on the real plane (issue 23): the session's operator serves its progress
+endpoint as the chart's does; a pod's report is made as the pod would make it, with a token the
+API server binds to the pod (KWOK pods have no kubelet to project one: tests/progress_support.py),
+and checked by the API server's own TokenReview. The real kubelet's projected token and the
+examples' own reports: tests/e2e/test_real_node.py."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+import disttrain_progress
+from manifests import mwms_job
+from progress_support import AUDIENCE, operator_args, pod_token, post_report, progress_volume
+from support import (
+    OPERATOR_NAMESPACE,
+    OPERATOR_RELEASE,
+    Cluster,
+    OperatorProcess,
+    job_columns,
+    wait_for,
+    wait_pods_running,
+)
+
+SECRET = f"{OPERATOR_RELEASE}-disttrain-operator-progress-tls"
+
+
+def progress_of(cluster: Cluster, ns: str, job: str) -> dict[str, Any]:
+    return dict(cluster.job_status(ns, job).get("progress") or {})
+
+
+def test_a_pods_reports_move_its_jobs_progress(cluster: Cluster, operator: OperatorProcess, namespace: str,
+                                               tmp_path: Path) -> None:
+    cluster.apply(mwms_job("mnist", workers=2), namespace)
+    wait_pods_running(cluster, namespace, "mnist", 2)
+    worker0 = cluster.core.read_namespaced_pod("mnist-worker-0", namespace)
+    [volume] = [v for v in worker0.spec.volumes if v.name == "disttrain-progress"]
+    assert volume.projected.sources[0].service_account_token.audience == AUDIENCE
+    secret = cluster.core.read_namespaced_secret(SECRET, OPERATOR_NAMESPACE)
+    assert worker0.metadata.annotations["disttrain.dev/progress-ca"] == base64.b64decode(secret.data["ca.crt"]).decode()
+    worker1 = cluster.core.read_namespaced_pod("mnist-worker-1", namespace)
+    assert "disttrain.dev/progress-url" not in (worker1.metadata.annotations or {}), "only worker 0 reports"
+
+    reporter = disttrain_progress.Reporter(str(progress_volume(cluster, namespace, "mnist-worker-0", tmp_path)),
+                                           min_interval=0.1)
+    losses = [0.9, 0.5, 0.31]
+    for epoch, loss in enumerate(losses, start=1):
+        reporter.report(epoch=epoch, total_epochs=4, step=epoch * 50, total_steps=200, metrics={"loss": loss})
+        assert reporter.flush(10) and reporter.refused == 0
+        def shows(epoch: int = epoch) -> bool:
+            return progress_of(cluster, namespace, "mnist").get("epoch") == epoch
+        wait_for(shows, 20, f"epoch {epoch} in the status")
+        time.sleep(1)
+    progress = progress_of(cluster, namespace, "mnist")
+    assert (progress["percent"], progress["metrics"], progress["reporter"]) == (75, {"loss": 0.31}, "mnist-worker-0")
+    assert progress.get("eta"), progress
+    assert [p["metrics"]["loss"] for p in progress["history"]] == losses
+    print("\n" + cluster.kubectl("get", "dtj", "mnist", "-n", namespace, "-o", "wide").stdout)
+    columns = job_columns(cluster, namespace, "mnist")
+    assert list(columns)[4:6] == ["PROGRESS%", "ETA"] and columns["PROGRESS%"] == "75" and columns["ETA"]
+    assert columns["METRICS"] == '{"loss":0.31}'
+    shown = subprocess.run([sys.executable, "-m", "disttrain", "progress", "mnist", "-n", namespace],
+                           capture_output=True, text=True, env=cluster.env(), timeout=60)
+    print(shown.stdout)
+    assert shown.returncode == 0 and "epoch 3/4  step 150/200  75%" in shown.stdout and "0.31" in shown.stdout
+
+
+def test_a_forged_report_is_refused(cluster: Cluster, operator: OperatorProcess, namespace: str,
+                                    tmp_path: Path) -> None:
+    """A pod's own good token, another job's address: 403, and the other job's status untouched."""
+    for name in ("victim", "forger"):
+        cluster.apply(mwms_job(name, workers=2), namespace)
+    for name in ("victim", "forger"):
+        wait_pods_running(cluster, namespace, name, 2)
+    forger = progress_volume(cluster, namespace, "forger-worker-0", tmp_path / "forger")
+    victim_url = (progress_volume(cluster, namespace, "victim-worker-0", tmp_path / "victim") / "url").read_text()
+    answer = post_report(forger, {"epoch": 99, "metrics": {"loss": 0.0}}, url=victim_url)
+    print(f"\nforged: {answer}")
+    assert answer == (403, f"pod {namespace}/forger-worker-0 belongs to job forger, not victim: a pod reports for "
+                           "its own job only")
+    assert post_report(forger, {"epoch": 1})[0] == 202, "the same token is good for its own job"
+    not_ours = pod_token(cluster, namespace, "forger-worker-0", audience="https://kubernetes.default.svc")
+    assert post_report(forger, {"epoch": 1}, token=not_ours)[0] == 401, "a token for the API server is not ours"
+    other = pod_token(cluster, namespace, "forger-worker-1")
+    code, message = post_report(forger, {"epoch": 1}, token=other)
+    assert code == 403 and "does not report for job forger" in message
+    cluster.core.delete_namespaced_pod("forger-worker-0", namespace, grace_period_seconds=0)
+    gone = f"pod {namespace}/forger-worker-0 is not a pod of a DistTrainJob"
+    wait_for(lambda: post_report(forger, {"epoch": 2}) == (403, gone), 30, "a deleted pod's token refused")
+    time.sleep(3)
+    assert progress_of(cluster, namespace, "victim") == {}
+
+
+def test_a_report_storm_is_throttled_and_writes_the_status_at_its_pace(cluster: Cluster, operator: OperatorProcess,
+                                                                       namespace: str, tmp_path: Path) -> None:
+    """Reports as fast as a client can send them, for a few seconds: most are refused with 429, the
+    job's status takes them at most once every 2 s (the session operator's interval), and a job
+    applied during the storm is made as fast as ever."""
+    cluster.apply(mwms_job("stormy", workers=2), namespace)
+    wait_pods_running(cluster, namespace, "stormy", 2)
+    volume = progress_volume(cluster, namespace, "stormy-worker-0", tmp_path)
+    versions: list[str] = []
+    stop = threading.Event()
+
+    def watch_versions() -> None:
+        while not stop.is_set():
+            job = cluster.custom.get_namespaced_custom_object("disttrain.dev", "v1", namespace, "disttrainjobs",
+                                                              "stormy")
+            if (job.get("status") or {}).get("progress") and job["metadata"]["resourceVersion"] not in versions:
+                versions.append(job["metadata"]["resourceVersion"])
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch_versions, daemon=True)
+    watcher.start()
+    seconds = 6.0
+    storm = threading.Thread(target=lambda: codes.extend(asyncio.run(flood(volume, seconds))))
+    codes: list[int] = []
+    storm.start()
+    time.sleep(1)
+    started = time.monotonic()
+    cluster.apply(mwms_job("during", workers=2), namespace)
+    wait_for(lambda: len([p for p in cluster.pods(namespace, "disttrain.dev/job-name=during")]) == 2, 20,
+             "the pods of a job applied during the storm")
+    made_in = time.monotonic() - started
+    storm.join()
+    stop.set()
+    watcher.join()
+    print(f"\nstorm: {len(codes)} reports in {seconds:.0f}s ({len(codes) / seconds:.0f}/s): "
+          f"{codes.count(202)} accepted, {codes.count(429)} throttled; {len(versions)} status writes with progress; "
+          f"a job applied meanwhile had its pods in {made_in:.2f}s")
+    assert codes.count(429) > codes.count(202) > 0
+    assert len(versions) <= seconds / 2 + 2
+    assert made_in < 10
+
+
+async def flood(volume: Path, seconds: float) -> list[int]:
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(volume / "ca.crt"))
+    url, token = (volume / "url").read_text(), (volume / "token").read_text()
+    codes: list[int] = []
+    deadline = time.monotonic() + seconds
+
+    async def sender(session: aiohttp.ClientSession) -> None:
+        step = 0
+        while time.monotonic() < deadline:
+            step += 1
+            async with session.post(url, json={"step": step, "totalSteps": 10**6, "metrics": {"loss": 1 / step}},
+                                    headers={"Authorization": f"Bearer {token}"}) as resp:
+                codes.append(resp.status)
+                await resp.read()
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=16)) as session:
+        await asyncio.gather(*(sender(session) for _ in range(16)))
+    return codes
+
+
+def test_the_serving_certificate_follows_the_address_and_keeps_its_ca(cluster: Cluster, operator: OperatorProcess,
+                                                                      tmp_path: Path) -> None:
+    """An operator told another address (a Service renamed) signs a certificate for it with the CA
+    the running pods were given."""
+    before = cluster.core.read_namespaced_secret(SECRET, OPERATOR_NAMESPACE).data
+    operator.stop()
+    from ports import free_port
+
+    port = free_port()
+    moved = OperatorProcess(operator.cluster, tmp_path / "moved.log",
+                            (*operator_args(port), "--progress-url", f"https://progress.example.test:{port}"))
+    moved.start()
+    try:
+        after = wait_for(lambda: (data := cluster.core.read_namespaced_secret(SECRET, OPERATOR_NAMESPACE).data)
+                         ["tls.crt"] != before["tls.crt"] and data, 60, "a certificate for the new address")
+    finally:
+        moved.stop()
+        operator.start()
+    assert after["ca.crt"] == before["ca.crt"] and after["ca.key"] == before["ca.key"]
+    assert os.environ.get("DISTTRAIN_PROGRESS_DIR") is None  # the tests' own process is no reporting pod

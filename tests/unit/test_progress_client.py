@@ -1,0 +1,150 @@
+"""The in-pod client (operator/disttrain_progress): standard library only, the latest report sent
+with the pod's token over TLS, never a failure or a wait for the training; and the endpoint's
+certificate (runtime/serving_cert.py) it trusts."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import datetime
+import http.server
+import json
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import FakeKube
+
+import disttrain_progress
+from disttrain.runtime import serving_cert
+from ports import free_port
+
+NOW = datetime.datetime.now(datetime.UTC)
+
+
+class Endpoint:
+    """An HTTPS server answering `answers` in turn (then 202), recording what it was sent."""
+
+    def __init__(self, cert: serving_cert.ServingCert) -> None:
+        self.received: list[tuple[str, dict[str, Any]]] = []
+        self.answers: list[tuple[int, dict[str, str]]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.received.append((self.headers["Authorization"], body))
+                code, headers = outer.answers.pop(0) if outer.answers else (202, {})
+                self.send_response(code)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.port = free_port()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.socket = cert.ssl_context().wrap_socket(self.server.socket, server_side=True)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture(scope="module")
+def cert() -> serving_cert.ServingCert:
+    ca, ca_key = serving_cert.new_ca(NOW)
+    tls, key = serving_cert.sign(ca, ca_key, ["localhost", "127.0.0.1"], NOW)
+    return serving_cert.ServingCert(ca, tls, key)
+
+
+@pytest.fixture
+def endpoint(cert: serving_cert.ServingCert) -> Iterator[Endpoint]:
+    served = Endpoint(cert)
+    yield served
+    served.server.shutdown()
+    served.server.server_close()
+
+
+def volume(tmp_path: Path, cert: serving_cert.ServingCert, port: int, role: str = "training") -> Path:
+    (tmp_path / "url").write_text(f"https://localhost:{port}/apis/disttrain.dev/v1/namespaces/ml/disttrainjobs/m/progress")
+    (tmp_path / "ca.crt").write_bytes(cert.ca)
+    (tmp_path / "role").write_text(role)
+    (tmp_path / "token").write_text("token-1")
+    return tmp_path
+
+
+def test_the_latest_report_is_sent_with_the_pods_token(tmp_path: Path, cert: serving_cert.ServingCert,
+                                                       endpoint: Endpoint) -> None:
+    reporter = disttrain_progress.Reporter(str(volume(tmp_path, cert, endpoint.port)), min_interval=0.2)
+    assert reporter.enabled and reporter.role == "training"
+    reporter.report(epoch=1, total_epochs=3, metrics={"loss": 0.5, "val acc": 0.9, "nan": float("nan"), "x": "?"})
+    assert reporter.flush(5)
+    (tmp_path / "token").write_text("token-2")  # the kubelet renewed it
+    for step in range(50):  # faster than it sends: only the latest of them need go
+        reporter.report(step=step, total_steps=100)
+    assert reporter.flush(5)
+    first, *_, last = endpoint.received
+    assert first == ("Bearer token-1", {"epoch": 1, "totalEpochs": 3, "metrics": {"loss": 0.5, "val_acc": 0.9}})
+    assert last == ("Bearer token-2", {"step": 49, "totalSteps": 100, "metrics": {}})
+    assert len(endpoint.received) < 10
+
+
+def test_throttled_it_waits_as_told_and_sends_the_latest(tmp_path: Path, cert: serving_cert.ServingCert,
+                                                         endpoint: Endpoint) -> None:
+    endpoint.answers = [(429, {"Retry-After": "1"})]
+    reporter = disttrain_progress.Reporter(str(volume(tmp_path, cert, endpoint.port)), min_interval=0.05)
+    reporter.report(epoch=1)
+    time.sleep(0.3)
+    reporter.report(epoch=2)
+    started = time.monotonic()
+    assert reporter.flush(5)
+    assert time.monotonic() - started >= 0.5
+    assert [body["epoch"] for _, body in endpoint.received] == [1, 2]
+
+
+def test_an_unreachable_operator_never_holds_training_back(tmp_path: Path, cert: serving_cert.ServingCert) -> None:
+    reporter = disttrain_progress.Reporter(str(volume(tmp_path, cert, free_port())), min_interval=0.05)
+    started = time.monotonic()
+    for epoch in range(1000):
+        reporter.report(epoch=epoch)
+    assert time.monotonic() - started < 0.5, "report() only hands the latest over"
+    assert not reporter.flush(0.5)
+
+
+def test_outside_a_reporting_pod_it_does_nothing(tmp_path: Path) -> None:
+    reporter = disttrain_progress.Reporter(str(tmp_path))
+    assert not reporter.enabled
+    reporter.report(epoch=1)
+    assert reporter.flush(0.1)
+    assert disttrain_progress.for_rank(1).report(epoch=1) is None and not disttrain_progress.for_rank(1).enabled
+
+
+def test_the_client_needs_only_the_standard_library() -> None:
+    source = Path(disttrain_progress.__file__).read_text()
+    imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(ast.parse(source))
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported - {"__future__"} - {"tensorflow"} <= set(sys.stdlib_module_names)
+
+
+def test_the_serving_certificate_is_made_once_kept_and_renewed_for_a_new_host() -> None:
+    async def scenario() -> None:
+        kube = FakeKube()
+        first = await serving_cert.ensure(kube, "disttrain-system", "tls", ["progress.disttrain-system.svc"], NOW)
+        again = await serving_cert.ensure(kube, "disttrain-system", "tls", ["progress.disttrain-system.svc"], NOW)
+        assert again == first, "a restart serves with the same CA and certificate"
+        moved = await serving_cert.ensure(kube, "disttrain-system", "tls", ["renamed.disttrain-system.svc"], NOW)
+        assert moved.ca == first.ca and moved.cert != first.cert, "the pods' CA still holds"
+        assert serving_cert.covers(moved.cert, ["renamed.disttrain-system.svc"], NOW)
+        later = NOW + datetime.timedelta(days=serving_cert.CERT_DAYS - 10)
+        assert not serving_cert.covers(moved.cert, ["renamed.disttrain-system.svc"], later), "renewed a month ahead"
+        context = ssl.create_default_context(cadata=first.ca.decode())
+        assert context.cert_store_stats()["x509_ca"] == 1
+    asyncio.run(scenario())
