@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -211,6 +212,15 @@ def assert_progress_shown(table: list[str], status: dict[str, Any], last_loss: f
     assert "eta" not in status["progress"], "a finished job has no ETA"
 
 
+def progress_drawn(cluster: Cluster, ns: str, job: str) -> list[str]:
+    """`disttrain progress JOB` as a user runs it once the job is done: its lines (kept for the note)."""
+    out = subprocess.run([sys.executable, "-m", "disttrain", "progress", job, "-n", ns], env=cluster.env(),
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    (LAST_LINES / f"{job}-disttrain-progress.txt").write_text(out)
+    TIMED.append(f"e2e: {job}: disttrain progress:\n    " + "\n    ".join(out.splitlines()))
+    return out.splitlines()
+
+
 def test_multi_worker_mirrored(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
     started = time.monotonic()
     table = TableWatch(cluster, job_namespace)
@@ -226,6 +236,9 @@ def test_multi_worker_mirrored(cluster: Cluster, job_namespace: str, tmp_path: P
     assert status["restarts"] == 0
     assert_progress_shown(table.stop("mnist-mwms"), status, losses[-1], "mnist-mwms")
     assert (status["progress"]["epoch"], status["progress"]["totalEpochs"]) == (4, 4), status["progress"]
+    drawn = progress_drawn(cluster, job_namespace, "mnist-mwms")
+    assert "Succeeded" in drawn[0] and "epoch 4/4" in drawn[0] and "100%" in drawn[0], drawn
+    assert any(line.split()[:1] == ["loss"] for line in drawn), drawn
 
 
 def test_a_killed_worker_resumes_from_its_checkpoint(cluster: Cluster, job_namespace: str, tmp_path: Path,
