@@ -74,7 +74,7 @@ def operator(crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     # DISTTRAIN_OPERATOR_VERBOSE=1: the operator's debug log (every create and delete it makes).
     verbose = ("--verbose",) if os.environ.get("DISTTRAIN_OPERATOR_VERBOSE") else ()
     tmp = tmp_path_factory.mktemp("operator")
-    # Serving progress reports as the chart's operator does (tests/integration/test_progress.py).
+    # Serving progress reports as the chart's operator does (tests/integration/test_progress_reports.py).
     progress = operator_args(free_port())
     proc = OperatorProcess(chart_identity(crd, tmp), tmp / "operator.log", (*progress, *verbose))
     proc.start()

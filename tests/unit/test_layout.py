@@ -36,3 +36,14 @@ def test_every_module_lives_in_a_layer() -> None:
     assert {p.name for p in PACKAGE.glob("*.py")} == {"__init__.py", "__main__.py"}
     layers = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     assert layers == {"api", "build", "decide", "apiserver", "runtime", "control", "watch", "client"}
+
+
+def test_test_modules_have_names_of_their_own() -> None:
+    """tests/ has no __init__.py: pytest imports each test module by its file name alone, so two of one
+    name in different folders stop `make test` at collection (tests/unit and tests/integration both had
+    test_progress.py; `make unit` alone collected fine)."""
+    tests = PACKAGE.parents[1] / "tests"
+    seen: dict[str, list[str]] = {}
+    for path in tests.rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}

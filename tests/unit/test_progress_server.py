@@ -1,6 +1,6 @@
 """The progress endpoint (watch/progress_server.py) against a scripted TokenReview: who may report
 for which job, every refusal's code and words, the limits, and what reaches the book. The real
-API server's TokenReview and pod-bound tokens: tests/integration/test_progress.py."""
+API server's TokenReview and pod-bound tokens: tests/integration/test_progress_reports.py."""
 
 from __future__ import annotations
 
