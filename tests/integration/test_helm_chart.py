@@ -100,7 +100,7 @@ def metrics_in(expr: str) -> set[str]:
 
 def test_dashboard_renders_valid_json_naming_only_exported_metrics() -> None:
     dashboard = rendered_dashboard()
-    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]  # a row has none
     queries = [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
     exported = exported_metric_names()
     for expr in exprs:
@@ -108,7 +108,8 @@ def test_dashboard_renders_valid_json_naming_only_exported_metrics() -> None:
     for query in queries:  # label_values(<metric>{...}, <label>)
         assert re.match(r"label_values\((\w+)", query).group(1) in exported, query  # type: ignore[union-attr]
     for gauge in ("disttrain_job_phase", "disttrain_job_pods_ready", "disttrain_job_pods_desired",
-                  "disttrain_job_restarts", "disttrain_job_seconds_to_running"):
+                  "disttrain_job_restarts", "disttrain_job_seconds_to_running", "disttrain_job_progress_percent",
+                  "disttrain_job_metric"):
         assert any(gauge in e for e in exprs), f"no panel shows {gauge}"
 
 
