@@ -22,6 +22,7 @@ find them too.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import math
 import os
@@ -32,7 +33,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+_Method = TypeVar("_Method", bound=Callable[..., None])
 
 __all__ = ["DEFAULT_DIR", "Reporter", "flush", "for_rank", "keras_callback", "report", "reporter"]
 
@@ -42,13 +46,17 @@ _NAME = re.compile(r"[^A-Za-z0-9_]")
 BACKOFF = (1.0, 60.0)  # seconds after a failed send: first, at most
 
 
-def _clean_metrics(metrics: dict[str, Any] | None) -> dict[str, float]:
-    """Names the operator takes (letters, digits, _), finite numbers only, at most 16."""
+def _clean_metrics(metrics: Any) -> dict[str, float]:
+    """Names the operator takes (letters, digits, _), finite numbers only, at most 16. Anything but
+    a mapping is no metrics: a ParameterServerStrategy coordinator's batch logs are a RemoteValue,
+    which only a wait for the step could read (its epoch logs are numbers)."""
     out: dict[str, float] = {}
-    for name, value in (metrics or {}).items():
+    if not isinstance(metrics, Mapping):
+        return out
+    for name, value in metrics.items():
         try:
             number = float(value)
-        except (TypeError, ValueError):
+        except Exception:  # a tensor's own errors too: a metric is left out, never raised
             continue
         key = _NAME.sub("_", str(name))[:64]
         if key and key[0].isdigit():
@@ -91,8 +99,12 @@ class Reporter:
         """The training's state now (every argument optional; epochs and steps done so far)."""
         if not self.enabled:
             return
-        body: dict[str, Any] = {k: int(v) for k, v in (("epoch", epoch), ("totalEpochs", total_epochs),
-                                                        ("step", step), ("totalSteps", total_steps)) if v is not None}
+        try:
+            counts = (("epoch", epoch), ("totalEpochs", total_epochs), ("step", step), ("totalSteps", total_steps))
+            body: dict[str, Any] = {k: int(v) for k, v in counts if v is not None}
+        except Exception as err:  # never the training's failure
+            self._say(f"not reported (epoch and steps are whole numbers): {type(err).__name__}: {err}")
+            return
         body["metrics"] = _clean_metrics(metrics)
         with self._lock:
             self._pending = body
@@ -204,6 +216,24 @@ def for_rank(rank: int) -> Reporter | _Silent:
     return reporter() if rank == 0 else _Silent()
 
 
+_CALLBACK_TROUBLE: set[str] = set()
+
+
+def _never_raises(method: _Method) -> _Method:
+    """A callback method whose trouble is said once on stderr and never becomes the training's
+    (the e2e ParameterServer run: a coordinator's batch logs that were not a dict failed model.fit)."""
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> None:
+        try:
+            method(*args, **kwargs)
+        except Exception as err:
+            if method.__name__ not in _CALLBACK_TROUBLE:
+                _CALLBACK_TROUBLE.add(method.__name__)
+                print(f"disttrain_progress: {method.__name__} skipped: {type(err).__name__}: {err}",
+                      file=sys.stderr, flush=True)
+    return guarded  # type: ignore[return-value]
+
+
 def keras_callback(target: Reporter | _Silent | None = None, every_seconds: float = 5.0) -> Any:
     """A Keras callback reporting epochs at their end and steps every `every_seconds`, with the
     logs' metrics (loss, accuracy, ...), and flushing at the end of training. Keras is imported
@@ -224,9 +254,11 @@ def keras_callback(target: Reporter | _Silent | None = None, every_seconds: floa
             epochs, steps = self.params.get("epochs"), self.params.get("steps")
             return epochs, (epochs * steps if epochs and steps else None)
 
+        @_never_raises
         def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             self.epoch = epoch
 
+        @_never_raises
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             steps = self.params.get("steps") or 0
             self.step = self.epoch * steps + batch + 1
@@ -236,6 +268,7 @@ def keras_callback(target: Reporter | _Silent | None = None, every_seconds: floa
                 sink.report(epoch=self.epoch, total_epochs=epochs, step=self.step, total_steps=total_steps,
                             metrics=logs)
 
+        @_never_raises
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             epochs, total_steps = self._totals()
             steps = self.params.get("steps") or 0
@@ -243,6 +276,7 @@ def keras_callback(target: Reporter | _Silent | None = None, every_seconds: floa
                         total_steps=total_steps, metrics=logs)
             self.last = time.monotonic()
 
+        @_never_raises
         def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
             sink.flush(5.0)
 

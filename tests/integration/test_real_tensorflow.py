@@ -5,7 +5,9 @@ mapped to a free loopback port (there is no kubelet here to run the containers),
 TensorFlow 2.21 processes run with it: MultiWorkerMirroredStrategy workers must end with the
 same weights, and a ParameterServerStrategy chief must train through its ps and workers. The
 ps and worker servers never exit (server.join()); when the chief finishes, its pod is marked
-done and the operator must end the job and delete them.
+done and the operator must end the job and delete them. The reporting pods (the chief, worker 0,
+the evaluator) report their progress with `disttrain_progress` as in the image: the finished job's
+status keeps their last loss.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import yaml
 
 from localcluster import tf_configs_on_loopback
 from manifests import replica, tf_job
+from progress_support import progress_volume
 from support import ROOT, Cluster, tf_config, wait_for
 
 TF_PYTHON = ROOT / ".cache" / "tf-venv" / "bin" / "python"
@@ -51,12 +54,34 @@ def apply_example(cluster: Cluster, ns: str, example: str, name: str, pods: int,
     return loopback_configs(cluster, ns, name, pods)
 
 
-def start(name: str, config: dict[str, Any], workdir: Path, script: Path, steps: int = 10) -> subprocess.Popen[bytes]:
+def start(name: str, config: dict[str, Any], workdir: Path, script: Path, steps: int = 10,
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     env = {**os.environ, "TF_CONFIG": json.dumps(config), "RESULT_FILE": str(workdir / f"{name}.json"),
            "CHECKPOINT_DIR": str(workdir / "ckpt"), "TRAIN_STEPS": str(steps), "TF_CPP_MIN_LOG_LEVEL": "2",
-           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(workdir / f"{name}.log", "wb") as log:
         return subprocess.Popen([str(TF_PYTHON), str(script)], env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def reporting_env(cluster: Cluster, ns: str, pod: str, workdir: Path) -> dict[str, str]:
+    """A reporting pod's progress volume (tests/progress_support.py) and `disttrain_progress` on the
+    path, as the image has it at /opt/disttrain/lib."""
+    lib = workdir / "lib"
+    if not lib.exists():
+        lib.mkdir()
+        (lib / "disttrain_progress").symlink_to(ROOT / "operator" / "disttrain_progress")
+    volume = progress_volume(cluster, ns, pod, workdir / "progress" / pod)
+    return {"DISTTRAIN_PROGRESS_DIR": str(volume), "PYTHONPATH": str(lib)}
+
+
+def assert_reported(cluster: Cluster, ns: str, job: str, reporter: str, last_loss: float,
+                    percent: int | None = None) -> None:
+    """The finished job's status keeps what its reporting pod said last: who, and the loss."""
+    progress = wait_for(lambda: (p := cluster.job_status(ns, job).get("progress") or {}).get("metrics") and p,
+                        30, f"{reporter}'s report in the status")
+    assert progress["reporter"] == reporter and "eta" not in progress, progress
+    assert progress["metrics"]["loss"] == pytest.approx(last_loss, rel=1e-6), (progress, last_loss)
+    assert percent is None or progress["percent"] == percent, progress
 
 
 def stop_all(procs: dict[str, subprocess.Popen[bytes]]) -> None:
@@ -90,7 +115,9 @@ def tensorflow_installed() -> None:
 
 def test_multi_worker_mirrored_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     configs = apply_example(cluster, namespace, "multi-worker-mirrored", "mwms", 2, tmp_path)
-    procs = {name: start(name, config, tmp_path, MWMS_SCRIPT) for name, config in configs.items()}
+    reporting = {"mwms-worker-0": reporting_env(cluster, namespace, "mwms-worker-0", tmp_path)}
+    procs = {name: start(name, config, tmp_path, MWMS_SCRIPT, env=reporting.get(name))
+             for name, config in configs.items()}
     wait_exit(procs, sorted(procs), tmp_path, timeout=300)
     w0, w1 = result(tmp_path, "mwms-worker-0"), result(tmp_path, "mwms-worker-1")
     assert w0["weights"] == w1["weights"], "synchronous training: both workers hold the same model"
@@ -98,6 +125,7 @@ def test_multi_worker_mirrored_trains_with_our_tf_config(cluster: Cluster, names
     for i in range(2):
         cluster.finish_pod(namespace, f"mwms-worker-{i}", 0)
     cluster.wait_phase(namespace, "mwms", "Succeeded")
+    assert_reported(cluster, namespace, "mwms", "mwms-worker-0", w0["loss"][-1], percent=100)
 
 
 def test_parameter_server_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
@@ -106,7 +134,11 @@ def test_parameter_server_trains_with_our_tf_config(cluster: Cluster, namespace:
     configs = loopback_configs(cluster, namespace, "pstf", 5)
     assert "evaluator" not in configs["pstf-evaluator-0"]["cluster"]
     assert configs["pstf-evaluator-0"]["task"] == {"type": "evaluator", "index": 0}
-    procs = {name: start(name, config, tmp_path, PS_SCRIPT, steps=60) for name, config in configs.items()}
+    # The chief (the coordinator) and the evaluator report their progress, as in the image.
+    reporting = {name: reporting_env(cluster, namespace, name, tmp_path)
+                 for name in ("pstf-chief-0", "pstf-evaluator-0")}
+    procs = {name: start(name, config, tmp_path, PS_SCRIPT, steps=60, env=reporting.get(name))
+             for name, config in configs.items()}
     try:
         wait_exit(procs, ["pstf-chief-0", "pstf-evaluator-0"], tmp_path, timeout=300)
         for name in ("pstf-ps-0", "pstf-worker-0", "pstf-worker-1"):
@@ -123,12 +155,22 @@ def test_parameter_server_trains_with_our_tf_config(cluster: Cluster, namespace:
     cluster.wait_phase(namespace, "pstf", "Succeeded")
     wait_for(lambda: [p.metadata.name for p in cluster.pods(namespace, "disttrain.dev/job-name=pstf")
                       if p.metadata.deletion_timestamp is None] == ["pstf-chief-0"], 30, "ps and workers deleted")
+    progress = wait_for(lambda: (p := cluster.job_status(namespace, "pstf").get("progress") or {}).get("evaluation")
+                        and p, 30, "the chief's and the evaluator's reports in the status")
+    assert (progress["reporter"], progress["epoch"], progress["totalEpochs"], progress["percent"]) == (
+        "pstf-chief-0", 2, 2, 100), progress
+    assert progress["metrics"]["loss"] == pytest.approx(chief["loss"][-1]), (progress, chief["loss"])
+    evaluation = progress["evaluation"]
+    assert evaluation["reporter"] == "pstf-evaluator-0", progress
+    assert evaluation["metrics"]["loss"] == pytest.approx(evaluator["loss"][0]), (evaluation, evaluator["loss"])
 
 
 def test_tf1_between_graph_trains_with_our_tf_config(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     configs = apply_example(cluster, namespace, "tf1-between-graph", "tf1", 3, tmp_path)
     # Two asynchronous workers share the steps: enough that worker 0 gets several of its own.
-    procs = {name: start(name, config, tmp_path, TF1_SCRIPT, steps=100) for name, config in configs.items()}
+    reporting = {"tf1-worker-0": reporting_env(cluster, namespace, "tf1-worker-0", tmp_path)}
+    procs = {name: start(name, config, tmp_path, TF1_SCRIPT, steps=100, env=reporting.get(name))
+             for name, config in configs.items()}
     try:
         wait_exit(procs, ["tf1-worker-0", "tf1-worker-1"], tmp_path, timeout=300)
         assert procs["tf1-ps-0"].poll() is None, "the ps serves until deleted"
@@ -138,3 +180,4 @@ def test_tf1_between_graph_trains_with_our_tf_config(cluster: Cluster, namespace
     assert losses and losses[-1] < losses[0]
     cluster.finish_pod(namespace, "tf1-worker-0", 0)
     cluster.wait_phase(namespace, "tf1", "Succeeded")
+    assert_reported(cluster, namespace, "tf1", "tf1-worker-0", losses[-1])

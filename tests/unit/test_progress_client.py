@@ -95,6 +95,38 @@ def test_the_latest_report_is_sent_with_the_pods_token(tmp_path: Path, cert: ser
     assert len(endpoint.received) < 10
 
 
+class RemoteValue:
+    """What a ParameterServerStrategy coordinator's batch logs are: not a dict (the e2e run's chief
+    failed in model.fit with `'RemoteValue' object has no attribute 'items'`)."""
+
+
+class Unreadable:
+    def __float__(self) -> float:
+        raise RuntimeError("a tensor on a device that went away")
+
+
+def test_what_it_cant_read_is_left_out_never_raised(tmp_path: Path, cert: serving_cert.ServingCert,
+                                                   endpoint: Endpoint, capsys: pytest.CaptureFixture[str]) -> None:
+    reporter = disttrain_progress.Reporter(str(volume(tmp_path, cert, endpoint.port)), min_interval=0.05)
+    reporter.report(step=1, metrics=RemoteValue())  # type: ignore[arg-type]
+    assert reporter.flush(5)
+    reporter.report(step=2, metrics={"loss": Unreadable(), "accuracy": 0.5})
+    assert reporter.flush(5)
+    reporter.report(epoch="one")  # type: ignore[arg-type]
+    assert reporter.flush(5)
+    assert [body for _, body in endpoint.received] == [{"step": 1, "metrics": {}},
+                                                       {"step": 2, "metrics": {"accuracy": 0.5}}]
+    assert "not reported" in capsys.readouterr().err
+
+    @disttrain_progress._never_raises
+    def on_train_batch_end(batch: int, logs: Any = None) -> None:
+        raise AttributeError("'RemoteValue' object has no attribute 'items'")
+
+    for batch in range(3):
+        assert on_train_batch_end(batch) is None
+    assert capsys.readouterr().err.count("on_train_batch_end skipped: AttributeError") == 1
+
+
 def test_throttled_it_waits_as_told_and_sends_the_latest(tmp_path: Path, cert: serving_cert.ServingCert,
                                                          endpoint: Endpoint) -> None:
     endpoint.answers = [(429, {"Retry-After": "1"})]
