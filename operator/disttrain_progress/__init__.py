@@ -9,7 +9,9 @@
 
 Standard library only. It never fails or slows the training: `report()` only swaps in the latest
 report (one is held; an older one not yet sent is dropped), a daemon thread sends it, and when the
-operator can't be reached the thread backs off (to a minute) while training goes on. Outside a
+operator can't be reached the thread backs off (to a minute) while training goes on; a flush at
+the end of training tries once more at once, and a name the resolver fails on is reached at the
+address it had last. Outside a
 reporting pod (no progress volume: an operator without a progress endpoint, a pod that doesn't
 report for its job, your laptop) every call does nothing.
 
@@ -23,16 +25,17 @@ from __future__ import annotations
 
 import atexit
 import functools
+import http.client
 import json
 import math
 import os
 import re
+import socket
 import ssl
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -81,6 +84,9 @@ class Reporter:
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._said: set[str] = set()
+        self._addresses: dict[tuple[str, int], list[Any]] = {}  # the endpoint's, as last resolved
+        self._hurry = False  # a flush: try now, not after the backoff
+        self._told = 0.0  # seconds the operator's last answer said to wait (Retry-After)
         self.sent = self.refused = 0
 
     @property
@@ -117,6 +123,8 @@ class Reporter:
         """Wait until the latest report is sent (or `timeout`): at the end of training."""
         deadline = time.monotonic() + timeout
         with self._lock:
+            self._hurry = True
+            self._lock.notify_all()
             while self._pending is not None or self._sending:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._thread is None:
@@ -142,26 +150,62 @@ class Reporter:
             else:
                 failures += 1
                 pause = max(wait, min(BACKOFF[1], BACKOFF[0] * 2 ** (failures - 1)))
-            time.sleep(pause)
+            # The pause; a flush cuts it short to what the operator asked for (Retry-After), so that the
+            # end of training doesn't wait out a backoff.
+            with self._lock:
+                started = time.monotonic()
+                while (left := started + (self._told if self._hurry else pause) - time.monotonic()) > 0:
+                    self._lock.wait(left)
+                self._hurry = False
 
     def _send(self, body: dict[str, Any]) -> float | None:
         """None when sent or refused for good; else the seconds to wait before trying again."""
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST", headers={
-            "Content-Type": "application/json", "Authorization": f"Bearer {self._read('token')}"})
+        url, self._told = urllib.parse.urlsplit(self.url), 0.0
+        connection = http.client.HTTPSConnection(url.hostname or "", url.port or 443, timeout=self.timeout,
+                                                 context=self._ssl())
+        connection._create_connection = self._connect  # type: ignore[attr-defined]
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self._ssl()) as answer:
-                answer.read()
-            self.sent += 1
-            return None
-        except urllib.error.HTTPError as err:
-            if err.code == 429 or err.code >= 500:  # throttled, or the operator's trouble: later
-                return float(err.headers.get("Retry-After") or 0) or BACKOFF[0]
-            self.refused += 1
-            self._say(f"refused ({err.code}): {err.read().decode(errors='replace')[:300]}")
-            return None
-        except (OSError, ValueError) as err:  # unreachable, TLS, timeout
+            connection.request("POST", url.path, body=json.dumps(body).encode(), headers={
+                "Content-Type": "application/json", "Authorization": f"Bearer {self._read('token')}"})
+            answer = connection.getresponse()
+            text = answer.read()
+        except (OSError, ValueError, http.client.HTTPException) as err:  # unreachable, TLS, timeout
             self._say(f"not sent ({type(err).__name__}: {err}); retrying with backoff")
             return BACKOFF[0]
+        finally:
+            connection.close()
+        if answer.status < 300:
+            self.sent += 1
+            return None
+        if answer.status == 429 or answer.status >= 500:  # throttled, or the operator's trouble: later
+            self._told = float(answer.getheader("Retry-After") or 0)
+            return self._told or BACKOFF[0]
+        self.refused += 1
+        self._say(f"refused ({answer.status}): {text.decode(errors='replace')[:300]}")
+        return None
+
+    def _connect(self, address: tuple[str, int], timeout: float | None = None,
+                 source_address: Any = None) -> socket.socket:
+        """socket.create_connection, except that a name which doesn't resolve this time is reached at
+        the addresses it had the last time it did: a resolver's hiccup (a busy node's DNS timing out:
+        an e2e run lost 20 s of reports to `Temporary failure in name resolution`) costs no report.
+        TLS still checks the certificate against the name."""
+        try:
+            self._addresses[address] = socket.getaddrinfo(*address, type=socket.SOCK_STREAM)
+        except socket.gaierror:
+            if address not in self._addresses:
+                raise
+        error: OSError = OSError(f"no address for {address[0]}")
+        for family, kind, proto, _, sockaddr in self._addresses[address]:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(timeout)
+                sock.connect(sockaddr)
+                return sock
+            except OSError as err:
+                sock.close()
+                error = err
+        raise error
 
     def _ssl(self) -> ssl.SSLContext:
         if self._context is None:

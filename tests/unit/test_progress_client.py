@@ -9,6 +9,7 @@ import asyncio
 import datetime
 import http.server
 import json
+import socket
 import ssl
 import sys
 import threading
@@ -138,6 +139,35 @@ def test_throttled_it_waits_as_told_and_sends_the_latest(tmp_path: Path, cert: s
     assert reporter.flush(5)
     assert time.monotonic() - started >= 0.5
     assert [body["epoch"] for _, body in endpoint.received] == [1, 2]
+
+
+def test_a_name_that_stops_resolving_is_reached_where_it_was(
+        tmp_path: Path, cert: serving_cert.ServingCert, endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The e2e MWMS run: `Temporary failure in name resolution` from a busy node's DNS lost 20 s of
+    reports to the backoff; the address the name had last is good meanwhile (TLS still checks the name)."""
+    reporter = disttrain_progress.Reporter(str(volume(tmp_path, cert, endpoint.port)), min_interval=0.05)
+    reporter.report(epoch=1)
+    assert reporter.flush(5)
+
+    def no_dns(*args: Any, **kwargs: Any) -> Any:
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    reporter.report(epoch=2)
+    assert reporter.flush(5)
+    assert [body["epoch"] for _, body in endpoint.received] == [1, 2]
+
+
+def test_a_flush_does_not_wait_out_a_backoff(tmp_path: Path, cert: serving_cert.ServingCert, endpoint: Endpoint,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the end of training the last report is tried again at once, not after the backoff (here
+    10 s, past the flush's 5); a Retry-After the operator sent is still waited for."""
+    monkeypatch.setattr(disttrain_progress, "BACKOFF", (10.0, 60.0))
+    endpoint.answers = [(503, {})]
+    reporter = disttrain_progress.Reporter(str(volume(tmp_path, cert, endpoint.port)), min_interval=0.05)
+    reporter.report(epoch=4, total_epochs=4)
+    assert reporter.flush(5)
+    assert [body["epoch"] for _, body in endpoint.received] == [4, 4]
 
 
 def test_an_unreachable_operator_never_holds_training_back(tmp_path: Path, cert: serving_cert.ServingCert) -> None:
