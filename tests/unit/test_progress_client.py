@@ -1,6 +1,6 @@
 """The in-pod client (operator/disttrain_progress): standard library only, the latest report sent
 with the pod's token over TLS, never a failure or a wait for the training; and the endpoint's
-certificate (runtime/serving_cert.py) it trusts."""
+certificate (runtime/serving_cert.py, made by runtime/certificates.py in a process of its own) it trusts."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pytest
 from fakes import FakeKube
 
 import disttrain_progress
-from disttrain.runtime import serving_cert
+from disttrain.runtime import certificates, serving_cert
 from ports import free_port
 
 NOW = datetime.datetime.now(datetime.UTC)
@@ -59,8 +59,8 @@ class Endpoint:
 
 @pytest.fixture(scope="module")
 def cert() -> serving_cert.ServingCert:
-    ca, ca_key = serving_cert.new_ca(NOW)
-    tls, key = serving_cert.sign(ca, ca_key, ["localhost", "127.0.0.1"], NOW)
+    ca, ca_key = certificates.new_ca(NOW)
+    tls, key = certificates.sign(ca, ca_key, ["localhost", "127.0.0.1"], NOW)
     return serving_cert.ServingCert(ca, tls, key)
 
 
@@ -204,9 +204,23 @@ def test_the_serving_certificate_is_made_once_kept_and_renewed_for_a_new_host() 
         assert again == first, "a restart serves with the same CA and certificate"
         moved = await serving_cert.ensure(kube, "disttrain-system", "tls", ["renamed.disttrain-system.svc"], NOW)
         assert moved.ca == first.ca and moved.cert != first.cert, "the pods' CA still holds"
-        assert serving_cert.covers(moved.cert, ["renamed.disttrain-system.svc"], NOW)
-        later = NOW + datetime.timedelta(days=serving_cert.CERT_DAYS - 10)
-        assert not serving_cert.covers(moved.cert, ["renamed.disttrain-system.svc"], later), "renewed a month ahead"
+        assert certificates.covers(moved.cert, ["renamed.disttrain-system.svc"], NOW)
+        later = NOW + datetime.timedelta(days=certificates.CERT_DAYS - 10)
+        assert not certificates.covers(moved.cert, ["renamed.disttrain-system.svc"], later), "renewed a month ahead"
         context = ssl.create_default_context(cadata=first.ca.decode())
         assert context.cert_store_stats()["x509_ca"] == 1
     asyncio.run(scenario())
+
+
+def test_the_operator_never_loads_cryptography_for_its_endpoint() -> None:
+    """Its 8 MB would stay in the operator's idle RSS (make bench: 63 MB where the target is 60):
+    the certificates are made by a process of its own."""
+    import subprocess
+
+    probe = ("import sys, asyncio, datetime; sys.path.insert(0, 'tests/unit'); from fakes import FakeKube; "
+             "from disttrain.watch import handlers; from disttrain.runtime import serving_cert; "
+             "asyncio.run(serving_cert.ensure(FakeKube(), 'ns', 'tls', ['progress.ns.svc'])); "
+             "print(sorted(m for m in sys.modules if m.startswith('cryptography')))")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
