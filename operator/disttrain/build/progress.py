@@ -45,9 +45,9 @@ def report_url(endpoint: ProgressEndpoint, job: JobRef) -> str:
 
 
 def pod_additions(pod: Mapping[str, Any], job: JobRef, endpoint: ProgressEndpoint, role: Role) -> dict[str, Any]:
-    out = dict(pod)
+    out, url = dict(pod), report_url(endpoint, job)
     meta = dict(out["metadata"])
-    meta["annotations"] = {**(meta.get("annotations") or {}), URL_ANNOTATION: report_url(endpoint, job),
+    meta["annotations"] = {**(meta.get("annotations") or {}), URL_ANNOTATION: url,
                            CA_ANNOTATION: endpoint.ca, ROLE_ANNOTATION: role.value}
     out["metadata"] = meta
 
@@ -58,7 +58,7 @@ def pod_additions(pod: Mapping[str, Any], job: JobRef, endpoint: ProgressEndpoin
         {"downwardAPI": {"items": [annotation("url", URL_ANNOTATION), annotation("ca.crt", CA_ANNOTATION),
                                    annotation("role", ROLE_ANNOTATION)]}}]}}
     out = add_volumes(out, [volume], [{"name": VOLUME, "mountPath": PROGRESS_DIR, "readOnly": True}])
-    env = {DIR_ENV: PROGRESS_DIR, URL_ENV: report_url(endpoint, job)}
+    env = {DIR_ENV: PROGRESS_DIR, URL_ENV: url}
     containers = [with_env(c, env) for c in out["spec"]["containers"]]
     out["spec"] = dict(out["spec"], containers=containers)
     return out
