@@ -251,6 +251,13 @@ def install_crd(cluster: Cluster) -> None:
     established = "{.status.conditions[?(@.type=='Established')].status}"
     wait_for(lambda: cluster.kubectl("get", "crd/disttrainjobs.disttrain.dev", "-o",
                                      f"jsonpath={established}").stdout == "True", 60, "CRD established")
+    # Established is not served: until the API server's watch cache for the new resource has
+    # listed it, lists and watches answer 429 'storage is (re)initializing' (CI saw kopf log that
+    # as an ERROR on its first list). A list at resourceVersion=0 without a limit is answered from
+    # that cache only (with a limit it would go to etcd: apiserver's cacher/delegator.go), so its
+    # success says the operator's first list and watch will be served too.
+    wait_for(lambda: cluster.kubectl("get", "--raw", "/apis/disttrain.dev/v1/disttrainjobs?resourceVersion=0",
+                                     check=False).returncode == 0, 60, "the DistTrainJob watch cache ready")
 
 
 def wait_namespace_ready(cluster: Cluster, namespace: str) -> None:
