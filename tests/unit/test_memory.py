@@ -36,3 +36,34 @@ def test_trims_once_after_work_then_quiet(monkeypatch: pytest.MonkeyPatch) -> No
 def test_glibcs_malloc_trim_is_found_and_runs() -> None:
     trim = memory._trimmer()
     assert trim is not None and trim() in (0, 1)
+
+
+def test_the_resyncs_pod_list_is_paged_and_decoded_for_uids_alone() -> None:
+    """A namespace's pods are listed for the tombstone resync a page at a time (a continue token per
+    page), so a 20,000-pod namespace is never one answer decoded whole (make bench, issue 25)."""
+    import json
+    from collections.abc import Mapping
+    from typing import Any
+
+    from disttrain.apiserver.kube import UID_PAGE, Kube
+
+    fields: dict[str, Any] = {"f:metadata": {"f:labels": {f"f:label-{i}": {} for i in range(20)}}}
+    pages = [([f"uid-{p}-{i}" for i in range(3)], f"token-{p}" if p < 2 else "") for p in range(3)]
+    asked: list[dict[str, str]] = []
+
+    class PagedRest:
+        async def request(self, method: str, url_path: str, *, params: Mapping[str, str], accept: str,
+                          raw: bool = False, **_: Any) -> bytes:
+            assert (method, url_path, raw) == ("GET", "/api/v1/namespaces/ml/pods", True)
+            assert "as=PartialObjectMetadataList" in accept
+            asked.append(dict(params))
+            uids, token = pages[len(asked) - 1]
+            return json.dumps({"kind": "PartialObjectMetadataList", "metadata": {"continue": token},
+                               "items": [{"metadata": {"name": u, "uid": u, "managedFields": [
+                                   {"manager": "disttrain", "fieldsV1": fields}]}} for u in uids]}).encode()
+
+    uids = asyncio.run(Kube(PagedRest()).pod_uids("ml"))  # type: ignore[arg-type]
+    assert uids == {u for page, _ in pages for u in page}
+    assert [a.get("continue") for a in asked] == [None, "token-0", "token-1"]
+    assert {a["limit"] for a in asked} == {str(UID_PAGE)}
+    assert {a["labelSelector"] for a in asked} == {"disttrain.dev/job-name"}
