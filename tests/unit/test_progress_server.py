@@ -71,16 +71,23 @@ def role_of(key: tuple[str, str], pod: ObservedPod) -> Role | None:
 Scenario = Callable[[TestClient[Any, Any], ProgressServer, ProgressBook, Reviewer], Awaitable[None]]
 
 
-def run(scenario: Scenario) -> None:
+def run(scenario: Scenario, sleep: Callable[[float], Awaitable[object]] | None = None) -> None:
+    """`scenario` against an endpoint on a test server; throttled answers are held with `sleep`
+    (by default not at all: `held` records how long each would have been)."""
     async def main() -> None:
         book, reviewer = ProgressBook(), Reviewer()
-        server = ProgressServer(reviewer, Pods(), book, role_of)
+        server = ProgressServer(reviewer, Pods(), book, role_of, sleep=sleep or held_for)
         async with TestClient(TestServer(server.app())) as client:
             await scenario(client, server, book, reviewer)
     asyncio.run(main())
 
 
 URL = "/apis/disttrain.dev/v1/namespaces/ml/disttrainjobs/mnist/progress"
+held: list[float] = []
+
+
+async def held_for(seconds: float) -> None:
+    held.append(seconds)
 
 
 async def post(client: TestClient[Any, Any], bearer: str | None, body: Any = None, url: str = URL) -> tuple[int, str]:
@@ -143,6 +150,47 @@ def test_a_flood_from_one_pod_is_throttled_with_retry_after() -> None:
         assert resp.status == 429 and int(resp.headers["Retry-After"]) >= 1
         assert (await post(client, token("uid-o0")))[0] == 403, "another pod is not held back by it"
     run(scenario)
+
+
+def test_a_throttled_answer_is_held_until_the_token_may_report_again() -> None:
+    """A client that ignores Retry-After gets its 429 after the bucket's wait (at most MAX_HOLD),
+    so a connection carries one throttled report per hold instead of as many as it can send."""
+    held.clear()
+
+    async def scenario(client: TestClient[Any, Any], server: ProgressServer, book: ProgressBook,
+                       reviewer: Reviewer) -> None:
+        bearer = token("uid-w0")
+        codes = [(await post(client, bearer))[0] for _ in range(int(BURST) + 3)]
+        assert codes.count(429) == 3
+        assert (await post(client, None))[0] == 401
+    run(scenario)
+    assert len(held) == 3, "each throttled answer held; a refusal for another reason is not"
+    assert all(0.3 < seconds <= progress_server.MAX_HOLD for seconds in held), held
+
+
+def test_held_answers_are_bounded_past_which_they_are_given_at_once(monkeypatch: Any) -> None:
+    monkeypatch.setattr(progress_server, "HELD_PER_TOKEN", 2)
+    release = asyncio.Event()
+    holding: list[float] = []
+
+    async def gated(seconds: float) -> None:
+        holding.append(seconds)
+        await release.wait()
+
+    async def scenario(client: TestClient[Any, Any], server: ProgressServer, book: ProgressBook,
+                       reviewer: Reviewer) -> None:
+        bearer = token("uid-w0")
+        for _ in range(int(BURST)):
+            assert (await post(client, bearer))[0] == 202
+        waiting = [asyncio.create_task(post(client, bearer)) for _ in range(2)]
+        while len(holding) < 2:
+            await asyncio.sleep(0.01)
+        assert (await post(client, bearer))[0] == 429, "past the bound: answered at once"
+        assert len(holding) == 2 and server.held_total == 2
+        release.set()
+        assert [status for status, _ in await asyncio.gather(*waiting)] == [429, 429]
+        assert server.held == {} and server.held_total == 0
+    run(scenario, sleep=gated)
 
 
 def test_new_tokens_are_reviewed_at_a_bounded_rate(monkeypatch: Any) -> None:
