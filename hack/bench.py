@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import statistics
@@ -57,6 +58,8 @@ from ports import free_port  # noqa: E402
 RESULTS = REPO / "bench"
 OPERATOR_USER, PLAIN_USER = "disttrain-operator", "disttrain-plain"
 PODS_PER_JOB = 5
+# What --only can pick; the burst brings its completion and after-burst measures with it.
+SCENARIOS = frozenset({"single", "storm", "burst", "scale"})
 
 
 @dataclass(frozen=True)
@@ -358,7 +361,8 @@ async def api_client(kubeconfig: Path) -> Any:
     return client.ApiClient(cfg)
 
 
-async def run(cluster: LocalCluster, operator_pid: int, size: Size) -> dict[str, Any]:
+async def run(cluster: LocalCluster, operator_pid: int, size: Size, only: frozenset[str] = SCENARIOS
+              ) -> dict[str, Any]:
     admin = await api_client(cluster.kubeconfig)
     plain_api = await api_client(cluster.user_kubeconfig(PLAIN_USER, ["system:masters"]))
     bench = Bench(admin, PlainClient(plain_api, job_manifest("x")), operator_pid,
@@ -370,19 +374,23 @@ async def run(cluster: LocalCluster, operator_pid: int, size: Size) -> dict[str,
         idle = process_usage(operator_pid)
         bench.results["idle"] = {"rss_mb": idle.rss_bytes / 2**20}
         print(f"operator idle: RSS {idle.rss_bytes / 2**20:.0f} MB", flush=True)
-        print(f"single job, {size.single_runs} runs each side", flush=True)
-        await bench.single(size.single_runs)
-        print(f"progress storm: {bench_progress.REPORTS_PER_SECOND} reports/s, {size.single_runs} probes each way",
-              flush=True)
-        await bench.progress_storm(size.single_runs, str(REPO / ".cache" / "bin" / "kubectl"),
-                                   {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
-        print(f"burst: {size.burst_jobs} jobs x {PODS_PER_JOB} pods, {size.burst_rounds} rounds", flush=True)
-        op_ns, plain_ns = await bench.burst(size.burst_jobs, size.burst_rounds)
-        print("completion", flush=True)
-        await bench.completion(op_ns, plain_ns, size.burst_jobs)
-        await bench.after_burst()
-        print(f"scale: {' -> '.join(str(s * PODS_PER_JOB) for s in size.scale_steps)} pods held", flush=True)
-        await bench.scale(size.scale_steps)
+        if "single" in only:
+            print(f"single job, {size.single_runs} runs each side", flush=True)
+            await bench.single(size.single_runs)
+        if "storm" in only:
+            print(f"progress storm: {bench_progress.REPORTS_PER_SECOND} reports/s, {size.single_runs} probes each way",
+                  flush=True)
+            await bench.progress_storm(size.single_runs, str(REPO / ".cache" / "bin" / "kubectl"),
+                                       {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
+        if "burst" in only:
+            print(f"burst: {size.burst_jobs} jobs x {PODS_PER_JOB} pods, {size.burst_rounds} rounds", flush=True)
+            op_ns, plain_ns = await bench.burst(size.burst_jobs, size.burst_rounds)
+            print("completion", flush=True)
+            await bench.completion(op_ns, plain_ns, size.burst_jobs)
+            await bench.after_burst()
+        if "scale" in only:
+            print(f"scale: {' -> '.join(str(s * PODS_PER_JOB) for s in size.scale_steps)} pods held", flush=True)
+            await bench.scale(size.scale_steps)
     finally:
         stop.set()
         for task in watches:
@@ -399,7 +407,15 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true",
                         help="record the operator with py-spy (pip install py-spy) into bench/profile.raw")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--only", default=",".join(sorted(SCENARIOS)),
+                        help=f"a comma-separated subset of {', '.join(sorted(SCENARIOS))} (to look into one; "
+                             "bench/results.* come from a whole run)")
+    parser.add_argument("--operator-arg", action="append", default=[],
+                        help="one more argument for `disttrain run` (e.g. --operator-arg=--resync-seconds=30)")
     args = parser.parse_args()
+    only = frozenset(args.only.split(","))
+    if not only <= SCENARIOS:
+        parser.error(f"--only: unknown {', '.join(sorted(only - SCENARIOS))}")
     size = QUICK if args.quick else FULL
     started = time.monotonic()
     root = REPO / ".cache" / "bench-cluster"
@@ -420,8 +436,8 @@ def main() -> int:
         # Progress reports served as the chart does (issue 23): its pods carry the endpoint's address and CA.
         progress = ["--progress-port", str(free_port()), "--progress-tls-secret", "default/disttrain-progress-tls",
                     "--progress-status-seconds", str(bench_progress.STATUS_SECONDS)]
-        operator = subprocess.Popen([sys.executable, "-m", "disttrain", "run", *progress], env=op_env, stdout=log,
-                                    stderr=subprocess.STDOUT, cwd=REPO / "operator")
+        operator = subprocess.Popen([sys.executable, "-m", "disttrain", "run", *progress, *args.operator_arg],
+                                    env=op_env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO / "operator")
         profiler = None
         if args.profile:
             args.out.mkdir(exist_ok=True)
@@ -430,7 +446,7 @@ def main() -> int:
                                          "-o", str(args.out / "profile.raw")], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
         try:
-            results = asyncio.run(run(cluster, operator.pid, size))
+            results = asyncio.run(run(cluster, operator.pid, size, only))
         finally:
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its file on an interrupt
@@ -439,6 +455,11 @@ def main() -> int:
             operator.wait(timeout=10)
     results["machine"] = {"cpus": os.cpu_count(), "size": "quick" if args.quick else "full",
                           "minutes": (time.monotonic() - started) / 60}
+    if only != SCENARIOS:  # a part: its numbers only, never over a whole run's results.md
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "partial.json").write_text(json.dumps(results, indent=2) + "\n")
+        print(json.dumps(results, indent=2))
+        return 0
     write_results(args.out, results)
     print((args.out / "results.md").read_text())
     return 0
