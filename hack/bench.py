@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -286,13 +287,16 @@ class Bench:
             flood = await bench_progress.storm_process(url, ca, token, bench_progress.STORM_SECONDS, workdir)
             await asyncio.sleep(1)
             stormy: list[float] = []
+            sender_cpu = 0.0
             while flood.returncode is None or not stormy:  # probes for as long as the storm lasts
                 stormy += await probe(1, f"storm-{len(stormy)}")
+                with contextlib.suppress(OSError, IndexError):  # the sender's CPU, while it is there
+                    sender_cpu = process_usage(flood.pid).cpu_seconds
             codes = await bench_progress.storm_answers(flood)
         cpu = process_usage(self.operator_pid).cpu_seconds - cpu_before
         writes = self.timeline.job_events[(ns, "reporter")] - writes_before
         quiet += await probe(runs, "after")
-        self.results["progress_storm"] = bench_progress.summary(quiet, stormy, codes, writes, cpu)
+        self.results["progress_storm"] = bench_progress.summary(quiet, stormy, codes, writes, cpu, sender_cpu)
         print(f"  progress storm: {self.results['progress_storm']}", flush=True)
         await asyncio.gather(self.drop(ns), self.drop(probes))
 

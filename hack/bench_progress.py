@@ -44,7 +44,7 @@ async def storm(url: str, ca: str, token: str, seconds: float) -> dict[str, floa
     codes: dict[int, int] = {}
     context = ssl.create_default_context(cadata=ca)
     started = time.monotonic()
-    sent = 0
+    sent = due = 0
 
     async def one(session: aiohttp.ClientSession, step: int) -> None:
         async with session.post(url, json={"step": step, "totalSteps": 10**9, "metrics": {"loss": 1 / step}},
@@ -63,7 +63,10 @@ async def storm(url: str, ca: str, token: str, seconds: float) -> dict[str, floa
                 task.add_done_callback(pending.discard)
             await asyncio.sleep(0.005)
         await asyncio.gather(*pending, return_exceptions=True)
-    return {str(k): float(v) for k, v in codes.items()} | {"seconds": round(time.monotonic() - started, 1)}
+    # offered: what the pacing asked for; sent: what went out (at most 256 wait for an answer, so a
+    # server that holds its answers back paces the sender, as it would any client that waits for them)
+    return {str(k): float(v) for k, v in codes.items()} | {"seconds": round(time.monotonic() - started, 1),
+                                                           "offered": float(due), "sent": float(sent)}
 
 
 async def storm_process(url: str, ca: str, token: str, seconds: float, workdir: str) -> asyncio.subprocess.Process:
@@ -91,10 +94,13 @@ def pod_json(kubectl: str, env: dict[str, str], ns: str, name: str) -> dict[str,
 
 
 def summary(quiet: list[float], stormy: list[float], codes: dict[str, float], writes: int,
-            operator_cpu_seconds: float) -> dict[str, Any]:
+            operator_cpu_seconds: float, sender_cpu_seconds: float = 0.0) -> dict[str, Any]:
     seconds = float(codes.get("seconds", 1))
+    answered = sum(v for k, v in codes.items() if k.isdigit())
     return {"operator_cpu_share": round(operator_cpu_seconds / seconds, 3),
-            "reports_per_second": round(sum(v for k, v in codes.items() if k != "seconds") / seconds),
+            "sender_cpu_share": round(sender_cpu_seconds / seconds, 3),
+            "reports_per_second": round(answered / seconds),
+            "offered_per_second": round(codes.get("offered", answered) / seconds),
             "answers": codes, "status_writes": writes, "status_write_bound": int(seconds / STATUS_SECONDS) + 1,
             "apply_to_pods_quiet": {"p50": statistics.median(quiet), "runs": len(quiet)},
             "apply_to_pods_storm": {"p50": statistics.median(stormy), "runs": len(stormy)},

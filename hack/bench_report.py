@@ -127,10 +127,13 @@ def write_results(out: Path, results: dict[str, Any]) -> None:
 def storm_section(storm: dict[str, Any] | None) -> list[str]:
     if not storm:
         return []
-    answers = ", ".join(f"{n:.0f} x {code}" for code, n in storm["answers"].items() if code != "seconds")
+    answers = ", ".join(f"{n:.0f} x {code}" for code, n in storm["answers"].items() if code.isdigit())
+    offered = storm.get("offered_per_second", storm["reports_per_second"])
     return ["", "## Progress storm", "",
-            f"One job's reporting pod sent {storm['reports_per_second']} reports a second for "
-            f"{storm['answers']['seconds']} s ({answers}); its status was written {storm['status_writes']} times "
+            f"One job's reporting pod was paced to send {offered} reports a second over 16 connections for "
+            f"{storm['answers']['seconds']} s, and {storm['reports_per_second']} a second were answered ({answers}): "
+            "the endpoint holds a throttled answer until the token could report again (at most 1 s), which "
+            f"paces a client that waits for its answers. Its status was written {storm['status_writes']} times "
             f"meanwhile, and the operator used {storm.get('operator_cpu_share', 0) * 100:.0f}% of a CPU (the probes' "
             "work included). The storm is sent by a process of its own at nice 19, as from another machine. "
             "Jobs applied one at a time on an otherwise idle operator:", "",
