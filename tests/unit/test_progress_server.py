@@ -187,6 +187,7 @@ def test_held_answers_are_bounded_past_which_they_are_given_at_once(monkeypatch:
             await asyncio.sleep(0.01)
         assert (await post(client, bearer))[0] == 429, "past the bound: answered at once"
         assert len(holding) == 2 and server.held_total == 2
+        assert abs(holding[1] - holding[0] - 1 / progress_server.RATE) < 0.1, f"held in turn: {holding}"
         release.set()
         assert [status for status, _ in await asyncio.gather(*waiting)] == [429, 429]
         assert server.held == {} and server.held_total == 0
