@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -414,6 +415,7 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(sorted(SCENARIOS)),
                         help=f"a comma-separated subset of {', '.join(sorted(SCENARIOS))} (to look into one; "
                              "bench/results.* come from a whole run)")
+    parser.add_argument("--scale-steps", help="jobs held at each scale step, comma-separated (5 pods each)")
     parser.add_argument("--operator-arg", action="append", default=[],
                         help="one more argument for `disttrain run` (e.g. --operator-arg=--resync-seconds=30)")
     args = parser.parse_args()
@@ -421,6 +423,8 @@ def main() -> int:
     if not only <= SCENARIOS:
         parser.error(f"--only: unknown {', '.join(sorted(only - SCENARIOS))}")
     size = QUICK if args.quick else FULL
+    if args.scale_steps:
+        size = dataclasses.replace(size, scale_steps=tuple(int(n) for n in args.scale_steps.split(",")))
     started = time.monotonic()
     root = REPO / ".cache" / "bench-cluster"
     with LocalCluster(root=root, nodes=size.nodes, gang_schedulers=False, kueue=False,

@@ -19,12 +19,13 @@ tokens are reviewed at most REVIEWS_PER_SECOND a second.
 
 A throttled report's 429 is held back until its turn among the token's held reports would come
 at the token's rate (at most MAX_HOLD), as the API server's priority and fairness queues a
-flow's excess rather than answering it at once: a client that ignores Retry-After then sends one
-report per connection per hold, not as many as it can, and its connections' answers are spread
-out rather than all due at the same moment. Answered at once, a storm of 1,000 reports a second over 16 connections cost the
-operator's event loop a quarter of a CPU in 429s, and a job applied meanwhile reached its pods
-1.23-1.29x later than without (make bench, issue 23). Held answers are bounded per token and
-in all (HELD_PER_TOKEN, HELD_MAX); past them the 429 is answered at once.
+flow's excess rather than answering it at once: a client that ignores Retry-After then gets one
+answer per connection per hold, not as many as it can send, and its connections' answers are
+spread out rather than all due at the same moment. Answered at once, a storm of 1,000 reports a
+second over 16 connections cost the operator's event loop a quarter of a CPU in 429s, and a job
+applied meanwhile reached its pods 1.23-1.29x later than without (make bench, issue 23). Held
+answers are bounded per token and in all (HELD_PER_TOKEN, HELD_MAX); past them the 429 is
+answered at once.
 """
 
 from __future__ import annotations
