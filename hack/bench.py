@@ -439,6 +439,11 @@ def main() -> int:
             if established.returncode == 0:
                 break
             time.sleep(0.5)
+        for _ in range(120):  # and served: its watch cache answers 429 until it has listed (tests/support.py)
+            if subprocess.run([kubectl, "get", "--raw", "/apis/disttrain.dev/v1/disttrainjobs?resourceVersion=0"],
+                              env=env, capture_output=True).returncode == 0:
+                break
+            time.sleep(0.5)
         op_env = {**env, "KUBECONFIG": str(cluster.user_kubeconfig(OPERATOR_USER, ["system:masters"]))}
         log = open(root / "operator.log", "wb")  # noqa: SIM115 - the child writes to it
         # Progress reports served as the chart does (issue 23): its pods carry the endpoint's address and CA.
