@@ -3,14 +3,14 @@ apply` to every pod running. Read from the job's own object (the status the oper
 back as a watch event), so they say what `kubectl get dtj` says.
 
 Cardinality stays bounded: a job's series go away when it is deleted (its DELETED event), and the
-labels are the job's namespace and name only, never a pod's.
+labels are the job's namespace and name only, never a pod's. The labels are `job_namespace` and
+`job_name`: `namespace` and `job` are the target labels Prometheus adds to every scraped series,
+which would rename ours to `exported_*`.
 
 A collector over one compact row per job, read when Prometheus scrapes, rather than a
 prometheus_client Gauge child per series: a child (its lock, value and label tuple) is some 800
-bytes, five of them a job, which was the largest share of the memory a held job costs (tracemalloc
-in `make bench`'s scale run: 616 of the 2,100 bytes traced per pod held; issue 25). The labels are `job_namespace` and
-`job_name`: `namespace` and `job` are the target labels Prometheus adds to every scraped series,
-which would rename ours to `exported_*`."""
+bytes, five of them a job, which was the largest share of the memory a held job costs
+(tracemalloc in `make bench`'s scale run: 616 of the 2,100 bytes traced per pod held; issue 25)."""
 
 from __future__ import annotations
 
