@@ -132,7 +132,8 @@ def storm_section(storm: dict[str, Any] | None) -> list[str]:
     return ["", "## Progress storm", "",
             f"One job's reporting pod was paced to send {offered} reports a second over 16 connections for "
             f"{storm['answers']['seconds']} s, and {storm['reports_per_second']} a second were answered ({answers}): "
-            "the endpoint holds a throttled answer until the token could report again (at most 1 s), which "
+            "the endpoint holds a throttled answer until its turn among the token's held reports would come "
+            "at the token's rate (at most 1 s), which "
             f"paces a client that waits for its answers. Its status was written {storm['status_writes']} times "
             f"meanwhile, and the operator used {storm.get('operator_cpu_share', 0) * 100:.0f}% of a CPU (the probes' "
             "work included). The storm is sent by a process of its own at nice 19, as from another machine. "
