@@ -135,7 +135,10 @@ def test_mpi_workers_gang_and_the_launcher_follows(cluster: Cluster, namespace: 
                      "one job's 6 workers, then its launcher, placed")
     second = next(n for n in jobs if n != first)
     assert bound(cluster, namespace, second) == 0
-    assert cluster.job_status(namespace, second)["reason"] == "WaitingForGang"
+    # Its status may not be written yet when the first gang binds (a new job's first status follows
+    # its pods' creation): wait for it, the reason it must say unchanged.
+    wait_for(lambda: cluster.job_status(namespace, second).get("reason") == "WaitingForGang", 30,
+             f"{second} saying WaitingForGang")
     cluster.finish_pod(namespace, f"{first}-launcher", 0)
     cluster.wait_phase(namespace, first, "Succeeded")
     wait_for(lambda: bound(cluster, namespace, second) == 7, 60, "the other job placed, launcher included")
