@@ -155,6 +155,18 @@ def wheelhouse(image: Image) -> Path:
     return house
 
 
+# A full disk shows up in buildah's commit as "io: read/write on closed pipe", not as ENOSPC (CI, the
+# TensorFlow image, with the machine's disk nearly full): a failed build says how much space was left.
+LOW_SPACE = 3 * 2**30
+
+
+def free_space_report() -> str:
+    free = shutil.disk_usage(CACHE).free
+    verdict = " (likely too little: a commit holds the layer about three times over, and Horovod's is 0.7 GiB)" \
+        if free < LOW_SPACE else ""
+    return f"{free / 2**30:.1f} GiB free under {CACHE}{verdict}"
+
+
 def host_ca_bundle() -> Path:
     for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"),
                       "/etc/ssl/certs/ca-certificates.crt"):
@@ -183,9 +195,13 @@ def build(image: Image, base_key: str) -> None:
         mounts += ["--volume", f"{wheelhouse(image)}:/wheels:ro"]
     # Docker's image format: the OCI format has no SHELL, and buildah would run RUN steps with
     # /bin/sh instead of the Dockerfiles' `bash -o pipefail`.
-    sh(*BUILDAH, "bud", "--quiet", "--format", "docker", "--isolation", "chroot", "--pull-never",
-       "--build-arg", f"BASE_IMAGE={BASE}",
-       *mounts, "-f", str(dockerfile), "-t", image.ref, str(REPO), stdout=subprocess.DEVNULL)
+    try:
+        sh(*BUILDAH, "bud", "--quiet", "--format", "docker", "--isolation", "chroot", "--pull-never",
+           "--build-arg", f"BASE_IMAGE={BASE}",
+           *mounts, "-f", str(dockerfile), "-t", image.ref, str(REPO), stdout=subprocess.DEVNULL)
+    except subprocess.CalledProcessError:
+        print(f"images: building {image.name} failed; {free_space_report()}", file=sys.stderr, flush=True)
+        raise
     archive = OUT / f"{image.name}.tar"
     archive.unlink(missing_ok=True)
     sh(*BUILDAH, "push", "--quiet", "--format", "oci", "--disable-compression", image.ref,
