@@ -344,3 +344,30 @@ def test_without_kueue_the_operator_asks_nothing_of_it(tmp_path: Any) -> None:
                     if line.startswith("apiserver_request_total") and 'group="kueue.x-k8s.io"' in line]
         log = operator.log()
         assert " ERROR " not in log and "Traceback" not in log, log
+
+
+def test_an_elastic_job_is_admitted_partly_and_never_scales_past_its_admission(cluster: Cluster,
+                                                                               queue_ns: str) -> None:
+    """Kueue's partial admission: the worker podSet asks for spec.mpi.worker.replicas with minCount
+    minReplicas; quota for two of three workers admits two, and the job runs with them."""
+    setup_queue(cluster, queue_ns, gpus=4)
+    job = queued(mpi_job("el", workers=3, gpus=2))
+    job["spec"]["mpi"]["elastic"] = {"minReplicas": 1, "maxReplicas": 3}
+    cluster.apply(job, queue_ns)
+    workload = wait_for(lambda: next((w for w in workloads(cluster, queue_ns, "el")
+                                      if w.get("status", {}).get("admission")), None), 30, "the Workload admitted")
+    worker_set = next(s for s in workload["spec"]["podSets"] if s["name"] == "worker")
+    assert (worker_set["count"], worker_set["minCount"]) == (3, 1)
+    counts = {a["name"]: a.get("count") for a in workload["status"]["admission"]["podSetAssignments"]}
+    assert counts == {"launcher": 1, "worker": 2}, counts
+    status = cluster.wait_phase(queue_ns, "el", "Running", timeout=60)
+    assert sorted(p.metadata.name for p in pods_of(cluster, queue_ns, "el")) == ["el-launcher", "el-worker-0",
+                                                                                "el-worker-1"]
+    wait_for(lambda: cluster.job_status(queue_ns, "el").get("elastic", {}).get("workers") == 2, 30, "2 workers")
+    assert cluster.job_status(queue_ns, "el")["elastic"]["wantedWorkers"] == 2, status
+    # The spec may ask for three; Kueue admitted two, so two it stays.
+    cluster.kubectl("scale", "dtj/el", "--replicas=3", "-n", queue_ns)
+    time.sleep(2)
+    assert len(pods_of(cluster, queue_ns, "el")) == 3
+    cluster.finish_pod(queue_ns, "el-launcher", 0)
+    cluster.wait_phase(queue_ns, "el", "Succeeded")

@@ -166,6 +166,6 @@ def test_kubectl_explain_teaches_the_api(crd: Cluster) -> None:
 def test_printer_columns(crd: Cluster, namespace: str) -> None:
     crd.apply(yaml.safe_dump(ps_job("cols")), namespace)
     header = crd.kubectl("get", "disttrainjobs", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
-    assert header == ["NAME", "PHASE", "READY", "RESTARTS", "PROGRESS%", "ETA", "REASON", "AGE", "FRAMEWORK", "STARTED",
-                      "COMPLETED", "METRICS"]
+    assert header == ["NAME", "PHASE", "READY", "RESTARTS", "PROGRESS%", "ETA", "REASON", "AGE", "FRAMEWORK",
+                      "WORKERS", "STARTED", "COMPLETED", "METRICS"]
     assert "cols" in crd.kubectl("get", "disttrain", "-n", namespace).stdout, "category disttrain"

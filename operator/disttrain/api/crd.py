@@ -42,9 +42,12 @@ def _name_length_rules() -> list[Schema]:
     ]:
         path = f"self.spec.{framework}.{rtype}"
         suffix = len(f"-{rtype}-")
+        count = f"{path}.replicas"
+        if framework == "mpi":  # an elastic job's highest index comes with maxReplicas
+            count = f"(has(self.spec.mpi.elastic) ? self.spec.mpi.elastic.maxReplicas : {count})"
         rules.append({
             "rule": f"!has(self.spec.{framework}) || !has({path}) || "
-                    f"size(self.metadata.name) + {suffix} + size(string({path}.replicas - 1)) <= {MAX_DNS_LABEL}",
+                    f"size(self.metadata.name) + {suffix} + size(string({count} - 1)) <= {MAX_DNS_LABEL}",
             "message": f"metadata.name is too long: the pod name <name>-{rtype}-<index> is also its hostname, "
                        f"which allows {MAX_DNS_LABEL} characters",
             "reason": "FieldValueInvalid",
@@ -105,6 +108,7 @@ def status_schema() -> Schema:
                 },
             },
             "gang": gang_status_schema(),
+            "elastic": elastic_status_schema(),
             "progress": progress_status_schema(),
             "startTime": string_field("When the operator started the job (or resumed it).", format="date-time"),
             "completionTime": string_field("When the job succeeded or failed.", format="date-time"),
@@ -145,6 +149,26 @@ def progress_status_schema() -> Schema:
                         "items": {"type": "object", "properties": {
                             "at": string_field("When it was reported.", format="date-time"),
                             "epoch": count("Epochs done."), "step": count("Steps done."), "metrics": metric_map}}},
+        },
+    }
+
+
+def elastic_status_schema() -> Schema:
+    return {
+        "type": "object",
+        "description": "An elastic MPI job's workers (spec.mpi.elastic).",
+        "properties": {
+            "wantedWorkers": int_field("spec.mpi.worker.replicas as the operator last read it."),
+            "workers": int_field("Workers in discover_hosts.sh now: Ready, and within the wanted count (the scale "
+                                 "subresource's status.replicas)."),
+            "hosts": {"type": "array", "items": {"type": "string"},
+                      "description": "The workers' pod names in discover_hosts.sh now."},
+            "selector": string_field("The label selector of the job's workers (the scale subresource's, for an "
+                                     "autoscaler)."),
+            "scaleDownSince": string_field("When workers above the wanted count left discovery; they are deleted "
+                                           "scaleDownDelaySeconds later.", format="date-time"),
+            "belowMinSince": string_field("Since when fewer than minReplicas workers are Ready while the job "
+                                          "runs.", format="date-time"),
         },
     }
 
@@ -212,6 +236,8 @@ def printer_columns() -> list[Schema]:
          "description": "Why the job is where it is: Queued, WaitingForGang, Unschedulable, ImagePullBackOff, ..."},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Framework", "type": "string", "jsonPath": ".status.framework", "priority": 1},
+        {"name": "Workers", "type": "integer", "jsonPath": ".status.elastic.workers", "priority": 1,
+         "description": "An elastic job's workers in discovery now."},
         {"name": "Started", "type": "date", "jsonPath": ".status.startTime", "priority": 1},
         {"name": "Completed", "type": "date", "jsonPath": ".status.completionTime", "priority": 1},
         {"name": "Metrics", "type": "string", "jsonPath": ".status.progress.metrics", "priority": 1,
@@ -234,7 +260,12 @@ def crd() -> Schema:
                 "served": True,
                 "storage": True,
                 "schema": {"openAPIV3Schema": job_schema()},
-                "subresources": {"status": {}},
+                # `kubectl scale dtj/NAME --replicas=N` (and an autoscaler) changes an elastic MPI job's workers;
+                # a TensorFlow job has no spec.mpi, and its scale answers that the field does not exist.
+                "subresources": {"status": {}, "scale": {
+                    "specReplicasPath": ".spec.mpi.worker.replicas",
+                    "statusReplicasPath": ".status.elastic.workers",
+                    "labelSelectorPath": ".status.elastic.selector"}},
                 "additionalPrinterColumns": printer_columns(),
             }],
         },

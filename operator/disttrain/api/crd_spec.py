@@ -61,10 +61,18 @@ def immutable(schema: Schema, what: str) -> Schema:
     return out
 
 
-def replica_spec(role: str, description: str, *, minimum: int = 0, maximum: int | None = None) -> Schema:
-    replicas = int_field(f"Number of {role} pods.", minimum=minimum, default=defaults.REPLICAS)
+def replica_spec(role: str, description: str, *, minimum: int = 0, maximum: int | None = None,
+                 scalable: bool = False) -> Schema:
+    """`scalable`: the MPI workers, whose count an elastic job may change (mpi_schema's rules say
+    when); every other count is fixed at creation."""
+    replicas = int_field(f"Number of {role} pods." + (
+        " With spec.mpi.elastic, the wanted number: it may change between minReplicas and maxReplicas while "
+        "the job runs (kubectl scale dtj/NAME --replicas=N)." if scalable else ""),
+        minimum=minimum, default=defaults.REPLICAS)
     if maximum is not None:
         replicas["maximum"] = maximum
+    if not scalable:
+        replicas = immutable(replicas, f"the number of {role} replicas")
     template = FlowMapping(copy.deepcopy(pod_template_schema()))
     # What the API server would refuse in the pod anyway, refused at `kubectl apply` instead of
     # failing the job later (tests/chaos/test_fuzz_manifests.py found both): a template with no
@@ -82,7 +90,7 @@ def replica_spec(role: str, description: str, *, minimum: int = 0, maximum: int 
         "description": description,
         "required": ["template"],
         "properties": {
-            "replicas": immutable(replicas, f"the number of {role} replicas"),
+            "replicas": replicas,
             "restartPolicy": enum_field(
                 "What happens when a pod fails. Never: the job fails. OnFailure / Always: the kubelet "
                 "restarts the container (counted toward runPolicy.backoffLimit). ExitCode: exit codes 128 "
@@ -137,7 +145,8 @@ def mpi_schema() -> Schema:
                 minimum=1), "spec.mpi.slotsPerWorker"),
             "launcher": replica_spec("launcher", "The launcher: exactly one pod, which runs mpirun. It asks "
                                      "for no GPU unless its template does.", minimum=1, maximum=1),
-            "worker": replica_spec("worker", "The workers mpirun starts ranks on (at least one).", minimum=1),
+            "worker": replica_spec("worker", "The workers mpirun starts ranks on (at least one).", minimum=1,
+                                   scalable=True),
             "sshAuthMountPath": string_field("Where the generated SSH key, authorized_keys and ssh config are mounted.",
                                      default=defaults.MPI_SSH_AUTH_MOUNT_PATH),
             "launcherStart": enum_field(
@@ -145,7 +154,45 @@ def mpi_schema() -> Schema:
                 "the workers; mpirun's ssh retries refused connections (ConnectionAttempts=10) but not a worker "
                 "name that does not resolve yet, so the launcher command must wait for its hosts itself.",
                 [s.value for s in LauncherStart], defaults.MPI_LAUNCHER_START),
+            "elastic": immutable(elastic_schema(), "spec.mpi.elastic"),
         },
+        "x-kubernetes-validations": [
+            {"rule": "has(self.elastic) || self.worker.replicas == oldSelf.worker.replicas",
+             "message": "spec.mpi.worker.replicas can't be changed after the job is created, unless spec.mpi.elastic "
+                        "is set", "fieldPath": ".worker.replicas"},
+            {"rule": "has(self.elastic) == has(oldSelf.elastic)",
+             "message": "spec.mpi.elastic can't be added or removed after the job is created"},
+            {"rule": "!has(self.elastic) || (self.elastic.minReplicas <= self.worker.replicas && "
+                     "self.worker.replicas <= self.elastic.maxReplicas)",
+             "message": "spec.mpi.worker.replicas must be between spec.mpi.elastic.minReplicas and maxReplicas",
+             "fieldPath": ".worker.replicas"},
+        ],
+    }
+
+
+def elastic_schema() -> Schema:
+    return {
+        "type": "object",
+        "description": "Elastic training (Horovod elastic, horovodrun --host-discovery-script): worker.replicas "
+                       "may change between these bounds while the job runs, and a lost worker is replaced "
+                       "without restarting the job while at least minReplicas run (docs/api.md, Elastic MPI).",
+        "required": ["minReplicas", "maxReplicas"],
+        "properties": {
+            "minReplicas": int_field("The fewest workers the training runs with.", minimum=1),
+            "maxReplicas": int_field("The most workers it may be scaled to.", minimum=1),
+            "scaleDownDelaySeconds": int_field(
+                "How long a worker scaled away is kept after it leaves discover_hosts.sh, for the kubelet to "
+                "refresh the launcher's copy and Horovod to drop the host at its next commit.",
+                minimum=0, default=defaults.ELASTIC_SCALE_DOWN_DELAY_SECONDS),
+            "belowMinGraceSeconds": int_field(
+                "How long the job may run with fewer than minReplicas workers before runPolicy's restart policy "
+                "takes over (a whole-job restart, counted toward backoffLimit).",
+                minimum=0, default=defaults.ELASTIC_BELOW_MIN_GRACE_SECONDS),
+        },
+        "x-kubernetes-validations": [
+            {"rule": "self.minReplicas <= self.maxReplicas", "message": "spec.mpi.elastic.minReplicas is more than "
+             "maxReplicas"},
+        ],
     }
 
 
@@ -240,11 +287,13 @@ def gang_size_rule() -> Schema:
     gang = "self.runPolicy.scheduling.gang"
     tf = " + ".join(f"(has(self.tensorflow.{t}) ? self.tensorflow.{t}.replicas : 0)"
                     for t in ("chief", "ps", "worker", "evaluator"))
-    mpi = "self.mpi.worker.replicas + (self.mpi.launcherStart == 'Immediately' ? 1 : 0)"
+    # An elastic job's gang is its fewest workers: a worker added later is scheduled on its own.
+    mpi = ("(has(self.mpi.elastic) ? self.mpi.elastic.minReplicas : self.mpi.worker.replicas) + "
+           "(self.mpi.launcherStart == 'Immediately' ? 1 : 0)")
     return {
         "rule": f"!has(self.runPolicy) || !has(self.runPolicy.scheduling) || !has({gang}) || "
                 f"!has({gang}.minAvailable) || {gang}.minAvailable <= (has(self.tensorflow) ? {tf} : {mpi})",
         "message": "runPolicy.scheduling.gang.minAvailable is more than the pods created together (every pod; for "
-                   "MPI the workers, plus the launcher with launcherStart Immediately)",
+                   "MPI the workers, or elastic.minReplicas of them, plus the launcher with launcherStart Immediately)",
         "fieldPath": ".runPolicy.scheduling.gang.minAvailable",
     }

@@ -94,6 +94,15 @@ class TensorFlowSpec:
 
 
 @dataclass(frozen=True)
+class Elastic:
+    """spec.mpi.elastic: the worker count may change between these bounds while the job runs."""
+    min_replicas: int
+    max_replicas: int
+    scale_down_delay_seconds: int = defaults.ELASTIC_SCALE_DOWN_DELAY_SECONDS
+    below_min_grace_seconds: int = defaults.ELASTIC_BELOW_MIN_GRACE_SECONDS
+
+
+@dataclass(frozen=True)
 class MPISpec:
     launcher: ReplicaSpec
     worker: ReplicaSpec
@@ -101,6 +110,7 @@ class MPISpec:
     slots_per_worker: int | None = None  # None: the worker's nvidia.com/gpu limit, else 1
     ssh_auth_mount_path: str = defaults.MPI_SSH_AUTH_MOUNT_PATH
     launcher_start: LauncherStart = LauncherStart(defaults.MPI_LAUNCHER_START)
+    elastic: Elastic | None = None  # None: a fixed number of workers
 
     @property
     def replicas(self) -> Mapping[str, ReplicaSpec]:
@@ -265,7 +275,24 @@ def parse_mpi(mpi_raw: Mapping[str, Any]) -> MPISpec:
         slots_per_worker=_opt_int(mpi_raw.get("slotsPerWorker")),
         ssh_auth_mount_path=mpi_raw.get("sshAuthMountPath", defaults.MPI_SSH_AUTH_MOUNT_PATH),
         launcher_start=LauncherStart(mpi_raw.get("launcherStart", defaults.MPI_LAUNCHER_START)),
+        elastic=parse_elastic(mpi_raw.get("elastic"), worker.replicas),
     )
+
+
+def parse_elastic(raw: Mapping[str, Any] | None, workers: int) -> Elastic | None:
+    if raw is None:
+        return None
+    elastic = Elastic(
+        min_replicas=int(raw.get("minReplicas", 1)),
+        max_replicas=int(raw.get("maxReplicas", workers)),
+        scale_down_delay_seconds=int(raw.get("scaleDownDelaySeconds", defaults.ELASTIC_SCALE_DOWN_DELAY_SECONDS)),
+        below_min_grace_seconds=int(raw.get("belowMinGraceSeconds", defaults.ELASTIC_BELOW_MIN_GRACE_SECONDS)),
+    )
+    # The CRD's rule says the same at `kubectl apply`; here for `disttrain render`.
+    if not 1 <= elastic.min_replicas <= workers <= elastic.max_replicas:
+        raise SpecError("spec.mpi.elastic", f"needs 1 <= minReplicas ({elastic.min_replicas}) <= worker.replicas "
+                        f"({workers}) <= maxReplicas ({elastic.max_replicas})")
+    return elastic
 
 
 def _opt_int(value: Any) -> int | None:

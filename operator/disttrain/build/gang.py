@@ -61,7 +61,13 @@ def members(spec: JobSpec) -> list[PodKey]:
 
 
 def min_available(spec: JobSpec, gang: Gang) -> int:
-    return gang.min_available or len(members(spec))
+    """An elastic job's gang is its fewest workers (and the launcher, if made with them): the rest
+    may come later, one at a time, as a scale-up or a replacement does."""
+    if gang.min_available:
+        return gang.min_available
+    if spec.mpi is not None and spec.mpi.elastic is not None:
+        return spec.mpi.elastic.min_replicas + sum(1 for k in members(spec) if k.replica_type == ReplicaType.LAUNCHER)
+    return len(members(spec))
 
 
 def min_resources(spec: JobSpec, gang: Gang) -> dict[str, str]:

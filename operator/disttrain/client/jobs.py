@@ -113,6 +113,14 @@ class TensorFlow(_Object):
 
 
 @dataclass
+class Elastic(_Object):
+    min_replicas: int
+    max_replicas: int
+    scale_down_delay_seconds: int | None = None
+    below_min_grace_seconds: int | None = None
+
+
+@dataclass
 class MPI(_Object):
     launcher: Replica
     worker: Replica
@@ -120,6 +128,7 @@ class MPI(_Object):
     slots_per_worker: int | None = None
     ssh_auth_mount_path: str | None = None
     launcher_start: LauncherStart | None = None
+    elastic: Elastic | None = None
 
 
 @dataclass

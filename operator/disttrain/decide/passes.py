@@ -12,7 +12,7 @@ from typing import Any
 
 from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod
-from disttrain.api.spec import GangProvider, JobSpec
+from disttrain.api.spec import GangProvider, JobSpec, ReplicaType
 from disttrain.api.status import Phase, enter_phase, ready_column, replica_statuses, timestamp
 from disttrain.build import mpi, scheduling
 from disttrain.build.gang import GroupStatus
@@ -20,7 +20,7 @@ from disttrain.build.naming import pod_name
 from disttrain.build.pods import desired_pod_keys
 from disttrain.build.progress import ProgressEndpoint
 from disttrain.decide.plan import Event, Plan
-from disttrain.decide.policies import cleanup
+from disttrain.decide.policies import cleanup, elastic
 from disttrain.decide.progress import ProgressState
 from disttrain.decide.queueing import ObservedWorkload, QueueState
 from disttrain.decide.reasons import Reason
@@ -71,7 +71,13 @@ class Pass:
         vanished = int(job.status.get("restarts", 0)) - banked - self.kubelet_restarts
         self.restarts_so_far = banked + max(0, vanished)
         self.plan.status["operatorRestarts"] = self.restarts_so_far
-        self.wanted = {pod_name(job.ref.name, k.replica_type, k.index): k for k in desired_pod_keys(self.spec)}
+        # An elastic job's workers: spec.mpi.worker.replicas now, or what Kueue admitted if fewer.
+        self.wanted_workers = self.spec.num_workers
+        if self.spec.mpi is not None and self.spec.mpi.elastic is not None:
+            admitted = self.workload.admitted_counts.get("worker") if self.workload is not None else None
+            self.wanted_workers = elastic.wanted_workers(self.spec, admitted)
+        self.wanted = {pod_name(job.ref.name, k.replica_type, k.index): k for k in desired_pod_keys(self.spec)
+                       if k.replica_type != ReplicaType.WORKER or k.index < self.wanted_workers}
         # Failed pods, and pods someone else is deleting for a disruption (its DisruptionTarget: a
         # node gone NotReady and its taint eviction, a preemption, a drain). The latter fail with no
         # exit code, as the pod garbage collector's do for a node deleted, so a node lost is judged

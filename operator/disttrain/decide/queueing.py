@@ -20,7 +20,7 @@ from typing import Any
 
 from disttrain.api.constants import API_VERSION, JOB_NAME_LABEL, KIND
 from disttrain.api.objects import JobRef, controller_uid, object_meta
-from disttrain.api.spec import JobSpec
+from disttrain.api.spec import JobSpec, ReplicaType
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -40,6 +40,8 @@ class ObservedWorkload:
     assignments: Mapping[str, Mapping[str, str]]  # podSet name -> resource -> flavor
     resource_version: str = ""
     cluster_queue: str = ""
+    # podSet name -> pods admitted, where Kueue says (partial admission can admit fewer than asked).
+    admitted_counts: Mapping[str, int] = field(default_factory=dict)
 
     def true(self, ctype: str) -> bool:
         return (self.conditions.get(ctype) or {}).get("status") == "True"
@@ -92,7 +94,12 @@ def pod_sets(spec: JobSpec) -> list[dict[str, Any]]:
         kept = {k: meta[k] for k in ("labels", "annotations") if meta.get(k)}
         if kept:
             template["metadata"] = kept
-        sets.append({"name": str(rtype), "count": replica.replicas, "template": template})
+        podset: dict[str, Any] = {"name": str(rtype), "count": replica.replicas, "template": template}
+        if rtype == ReplicaType.WORKER and spec.mpi is not None and spec.mpi.elastic is not None:
+            # Kueue's partial admission (beta, on by default since v0.5): it may admit as few as
+            # minReplicas workers when quota is short; the job then runs with what was admitted.
+            podset["minCount"] = spec.mpi.elastic.min_replicas
+        sets.append(podset)
     return sets
 
 
@@ -124,6 +131,8 @@ def observe_workload(body: Mapping[str, Any]) -> ObservedWorkload:
         assignments={a["name"]: dict(a.get("flavors") or {}) for a in admission.get("podSetAssignments") or []},
         resource_version=str(meta.get("resourceVersion", "")),
         cluster_queue=str(admission.get("clusterQueue") or ""),
+        admitted_counts={a["name"]: int(a["count"]) for a in admission.get("podSetAssignments") or []
+                         if a.get("count") is not None},
     )
 
 

@@ -35,6 +35,9 @@ class Reason(StrEnum):
     POD_FAILED = "PodFailed"
     POD_DELETED = "PodDeleted"
     PODS_NOT_RUNNING = "PodsNotRunning"
+    BELOW_MIN_REPLICAS = "BelowMinReplicas"  # an elastic job short of minReplicas workers too long
+    # An elastic MPI job's workers change (events): spec.mpi.worker.replicas, and the pods scaled away.
+    WORKERS_SCALED = "WorkersScaled"
     # The job fails.
     REPLICA_FAILED = "ReplicaFailed"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
@@ -49,5 +52,5 @@ class Reason(StrEnum):
 FAILURES = frozenset({Reason.REPLICA_FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, Reason.DEADLINE_EXCEEDED,
                       Reason.INVALID_SPEC, Reason.INVALID_POD_TEMPLATE, Reason.INVALID_OBJECT, Reason.OBJECT_NOT_OWNED,
                       Reason.GANG_UNAVAILABLE})
-RESTARTS = frozenset({Reason.POD_FAILED, Reason.POD_DELETED})
+RESTARTS = frozenset({Reason.POD_FAILED, Reason.POD_DELETED, Reason.BELOW_MIN_REPLICAS})
 REFUSED = frozenset({Reason.POD_CREATE_REFUSED, Reason.CREATE_REFUSED})  # waited out: create_refusals.py

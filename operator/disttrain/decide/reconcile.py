@@ -25,10 +25,10 @@ from disttrain.api.spec import GangProvider, ReplicaType, RestartScope
 from disttrain.api.status import FINISHED, Phase, set_condition, timestamp
 from disttrain.build import gang, mpi
 from disttrain.build.desired import job_pod, supporting_objects
-from disttrain.decide import progress, queue_steps
+from disttrain.decide import elastic_steps, progress, queue_steps
 from disttrain.decide.passes import JobState, Pass
 from disttrain.decide.plan import Event, Plan
-from disttrain.decide.policies import cleanup, deadline, failure, startup, success, ttl, waiting
+from disttrain.decide.policies import cleanup, deadline, elastic, failure, startup, success, ttl, waiting
 from disttrain.decide.reasons import Reason
 
 # How often a gang whose group must be admitted first (Volcano) looks at it again.
@@ -47,8 +47,9 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
     else:
         resume_if_suspended(p)
         (queue_steps.hold_in_queue(p) or choose_gang_provider(p) or fail_past_deadline(p) or succeed(p)
-         or fail_fatally(p) or restart_failed(p) or fail_kubelet_backoff(p) or start(p))
+         or fail_fatally(p) or restart_failed(p) or restart_below_min(p) or fail_kubelet_backoff(p) or start(p))
     queue_steps.report(p)
+    elastic_steps.report(p)
     report_progress(p)
     delete_after_ttl(p)
     return p.summarize()
@@ -123,6 +124,8 @@ def judged_failures(p: Pass) -> list[ObservedPod]:
     when one was; each waits a moment for theirs otherwise (failure.PEER_GRACE)."""
     judged = []
     for pod in p.failed:
+        if elastic.surplus(p.spec, pod, p.wanted_workers):  # scaled away: deleted, not judged (start)
+            continue
         if failure.caused_by_a_peer(p.spec, pod, p.own):
             continue
         if (left := failure.grace_left(p.spec, pod, p.now)) > 0:
@@ -139,25 +142,47 @@ def fail_fatally(p: Pass) -> bool:
 
 def restart_failed(p: Pass) -> bool:
     """Retryable failures, and pods gone from a running job: deleted from under it by a user, a
-    drain or a node going away (the operator itself deletes pods only as it leaves Running)."""
+    drain or a node going away (the operator itself deletes pods only as it leaves Running).
+    An elastic job replaces a failed worker alone, its launcher and the other workers untouched;
+    a worker merely gone is made again uncounted (a scale-up's new worker is missing the same way)."""
     failed = judged_failures(p)
     present = {pod.name for pod in p.live} | {pod.name for pod in p.failed}
     lost = [name for name in p.wanted if name not in present] if p.phase is Phase.RUNNING else []
-    decision = failure.restart(p.spec, p.restarts_so_far, p.kubelet_restarts, failed, lost)
+    workers_alone = None
+    if elastic.settings(p.spec) is not None:
+        lost = [name for name in lost if p.wanted[name].replica_type != ReplicaType.WORKER]
+        if all(pod.replica_type == ReplicaType.WORKER for pod in failed) and not lost:
+            workers_alone = False
+    decision = failure.restart(p.spec, p.restarts_so_far, p.kubelet_restarts, failed, lost, whole_job=workers_alone)
     if decision is None:
         return False
+    return carry_out(p, decision, failed)
+
+
+def restart_below_min(p: Pass) -> bool:
+    """An elastic job short of minReplicas Ready workers for longer than its grace restarts whole."""
+    decision = elastic_steps.below_min_restart(p)
+    return decision is not None and carry_out(p, decision, [])
+
+
+def carry_out(p: Pass, decision: failure.Restart, failed: Sequence[ObservedPod]) -> bool:
     if decision.give_up:
         return p.finish(Phase.FAILED, decision.reason, decision.message)
     p.plan.status["operatorRestarts"] = decision.restarts
     # A disrupted pod is already being deleted; deleting it again names it in deletedPods, so it
     # is not judged again while its node keeps it Terminating.
-    p.plan.delete = [*p.live, *(pod for pod in failed if pod.terminating)] if decision.whole_job else failed
+    p.plan.delete = [*p.live, *(pod for pod in failed if pod.terminating)] if decision.whole_job else list(failed)
     if decision.whole_job:
         p.release_group()
         # `Created` belongs to the attempt: the next one has no pod yet.
         p.plan.status["conditions"] = set_condition(
             list(p.plan.status.get("conditions") or []), "Created", False, decision.reason,
             "the attempt's pods are deleted for a whole-job restart", timestamp(p.now))
+    elif elastic.settings(p.spec) is not None and p.phase is Phase.RUNNING:
+        # Horovod carries on with the workers left; the job stays Running while the pod is made again.
+        p.move(Phase.RUNNING, decision.reason, decision.message + "; the training goes on without it meanwhile",
+               warning=True)
+        return True
     p.move(Phase.RESTARTING, decision.reason, decision.message, warning=True)
     return True
 
@@ -169,6 +194,7 @@ def fail_kubelet_backoff(p: Pass) -> bool:
 
 def start(p: Pass) -> bool:
     """Create what is missing, then say where the job stands."""
+    elastic_steps.scale_down(p)
     create_missing(p)
     if p.spec.mpi is not None:
         p.plan.keep_current.append(mpi.desired_config_map(p.job.ref, p.spec.mpi, running_workers(p)))
@@ -181,7 +207,14 @@ def start(p: Pass) -> bool:
     running = {pod.name for pod in p.live if pod.phase in ("Running", "Succeeded")}
     # A failed pod reaching this step awaits its judgment (an MPI launcher's grace): not a change.
     unjudged = {pod.name for pod in p.failed}
-    if all(name in running for name in p.wanted):
+    settings = elastic.settings(p.spec)
+    if settings is not None:
+        # Horovod runs with the workers it has: one being made (a scale-up, a replacement) doesn't
+        # stop it, and too few for too long is restart_below_min's to judge.
+        if p.phase is not Phase.RUNNING and elastic.is_running(p.live, p.wanted_workers, settings):
+            p.move(Phase.RUNNING, Reason.ALL_PODS_RUNNING, f"the launcher and "
+                   f"{len(elastic.discovered(p.live, p.wanted_workers))} workers are running")
+    elif all(name in running for name in p.wanted):
         if p.phase is not Phase.RUNNING:
             p.move(Phase.RUNNING, Reason.ALL_PODS_RUNNING, f"all {len(p.wanted)} pods are running")
     elif p.phase is Phase.RUNNING and not all(name in running or name in unjudged for name in p.wanted):
@@ -195,13 +228,15 @@ def create_missing(p: Pass) -> None:
     must not meet an old peer still shutting down. The same while an earlier job of this name
     still holds one of the names (garbage collection is removing its pods): this job's pods start
     together, afresh. A gang's group comes first; Volcano's must be in its queue before pods."""
-    if p.spec.run_policy.restart_scope is RestartScope.JOB and any(pod.terminating for pod in p.own):
+    if p.spec.run_policy.restart_scope is RestartScope.JOB and any(pod.terminating for pod in p.own) and (
+            elastic.settings(p.spec) is None or p.phase is not Phase.RUNNING):
+        # A running elastic job's worker going (scaled away, replaced) holds up nothing but its own name.
         return
     if waiting.blocked_names(list(p.wanted), p.own, p.foreign):
         return
     present = {pod.name for pod in p.own}
     to_create = [key for name, key in p.wanted.items()
-                 if name not in present and startup.may_start(p.spec, key, p.live)]
+                 if name not in present and startup.may_start(p.spec, key, p.live, p.wanted_workers)]
     if not to_create:
         return
     p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider))
@@ -234,6 +269,9 @@ def explain_waiting(p: Pass) -> None:
 
 
 def running_workers(p: Pass) -> list[int]:
+    """discover_hosts.sh's workers: an elastic job's in discovery, else every Running one."""
+    if elastic.settings(p.spec) is not None:
+        return [pod.index for pod in elastic.discovered(p.live, p.wanted_workers)]
     return sorted(pod.index for pod in p.live if pod.replica_type == ReplicaType.WORKER and pod.phase == "Running")
 
 

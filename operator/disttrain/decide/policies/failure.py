@@ -106,22 +106,28 @@ class Restart:
 
 
 def restart(spec: JobSpec, restarts_so_far: int, kubelet_restarts: int,
-            failed: Sequence[ObservedPod], lost: Sequence[str]) -> Restart | None:
+            failed: Sequence[ObservedPod], lost: Sequence[str], whole_job: bool | None = None) -> Restart | None:
     """The decision for pods that failed retryably or were deleted from under a running job
-    (`lost`, by name); None when there are none."""
+    (`lost`, by name); None when there are none. `whole_job`: None for runPolicy.restartScope's
+    say (an elastic job replaces its workers alone whatever it says)."""
     if not failed and not lost:
         return None
-    run = spec.run_policy
-    whole_job = run.restart_scope is RestartScope.JOB
-    added = 1 if whole_job else len(failed) + len(lost)
+    whole = spec.run_policy.restart_scope is RestartScope.JOB if whole_job is None else whole_job
     what = describe_failure(failed[0]) if failed else f"pod {lost[0]} was deleted"
-    if restarts_so_far + kubelet_restarts + added > run.backoff_limit:
+    return decide(spec, restarts_so_far, kubelet_restarts, what, 1 if whole else len(failed) + len(lost), whole,
+                  Reason.POD_FAILED if failed else Reason.POD_DELETED)
+
+
+def decide(spec: JobSpec, restarts_so_far: int, kubelet_restarts: int, what: str, added: int, whole_job: bool,
+           reason: Reason) -> Restart:
+    """Restart (`added` restarts more) if runPolicy.backoffLimit allows it, else give up; `what` happened."""
+    limit = spec.run_policy.backoff_limit
+    if restarts_so_far + kubelet_restarts + added > limit:
         return Restart(True, Reason.BACKOFF_LIMIT_EXCEEDED,
-                       f"{what}, and the job has used all {run.backoff_limit} restarts of runPolicy.backoffLimit",
+                       f"{what}, and the job has used all {limit} restarts of runPolicy.backoffLimit",
                        restarts_so_far, whole_job)
-    scope = "the whole job" if whole_job else "the pod"
-    return Restart(False, Reason.POD_FAILED if failed else Reason.POD_DELETED,
-                   f"{what}; restarting {scope} (restart {restarts_so_far + added} of {run.backoff_limit})",
+    scope = "the whole job" if whole_job else ("the pods" if added > 1 else "the pod")
+    return Restart(False, reason, f"{what}; restarting {scope} (restart {restarts_so_far + added} of {limit})",
                    restarts_so_far + added, whole_job)
 
 

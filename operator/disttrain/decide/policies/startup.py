@@ -23,11 +23,12 @@ def launcher_waits(spec: JobSpec) -> bool:
     return spec.mpi is not None and spec.mpi.launcher_start is LauncherStart.WHEN_WORKERS_READY
 
 
-def may_start(spec: JobSpec, key: PodKey, live: Sequence[ObservedPod]) -> bool:
+def may_start(spec: JobSpec, key: PodKey, live: Sequence[ObservedPod], workers: int | None = None) -> bool:
+    """`workers`: how many the launcher waits for (default spec's; an elastic job's wanted count)."""
     if key.replica_type != ReplicaType.LAUNCHER or not launcher_waits(spec):
         return True
     ready = ready_workers(live)
-    return all(i in ready for i in range(spec.num_workers))
+    return all(i in ready for i in range(spec.num_workers if workers is None else workers))
 
 
 def ready_workers(live: Sequence[ObservedPod]) -> set[int]:
