@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -294,6 +295,9 @@ def tf_config(pod: client.V1Pod) -> dict[str, Any]:
     return loaded
 
 
+HOROVODRUN_PREFIX = re.compile(r"^\[\d+\]<std(?:out|err)>:")
+
+
 class LogFollower:
     """`kubectl logs -f` of one pod, collected as it arrives: a pod the operator deletes (the
     job finished, or restarts) takes its log with it."""
@@ -312,9 +316,9 @@ class LogFollower:
             self.lines.append(line.rstrip("\n"))
 
     def events(self) -> list[dict[str, Any]]:
-        """The JSON lines the examples print."""
+        """The JSON lines the examples print (horovodrun's `[rank]<stdout>:` prefix dropped)."""
         found = []
-        for line in list(self.lines):
+        for line in (HOROVODRUN_PREFIX.sub("", each) for each in list(self.lines)):
             if line.startswith("{"):
                 with contextlib.suppress(ValueError):
                     found.append(json.loads(line))

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The virtualenv the real-MPI tests run their ranks with: TensorFlow (CPU) 2.15, Horovod 0.28.1
-# built from source against Debian's Open MPI (TensorFlow + MPI only), and mpi4py built with
-# Debian's mpicc. Cached: rebuilt only when the versions below (or the Python) change.
+# built from source against Debian's Open MPI (TensorFlow with MPI, and Gloo for elastic
+# horovodrun), and mpi4py built with Debian's mpicc. Cached: rebuilt only when the versions below
+# (or the Python) change. The Horovod wheel lands in .cache/wheels/horovod, where the horovod
+# image's build finds it (hack/images.py): one build for both.
 #
 #   hack/mpi-e2e/build-hvd-venv.sh [VENV_DIR]    (default .cache/hvd-venv)
 #
@@ -16,8 +18,9 @@ TF_PACKAGE=tensorflow-cpu==2.15.1
 HOROVOD_PACKAGE=horovod==0.28.1
 MPI4PY_PACKAGE=mpi4py==4.1.2
 BUILD_TOOLS=("setuptools>=69,<75" wheel)
-HOROVOD_FLAGS=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_PYTORCH=1
-               HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1)
+HOROVOD_FLAGS=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1
+               HOROVOD_WITHOUT_MXNET=1)
+WHEELS=${HVD_WHEELS:-.cache/wheels/horovod}
 
 py_version=$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
 case "$py_version" in
@@ -27,7 +30,7 @@ esac
 key=$(printf '%s\n' "$py_version" "$TF_PACKAGE" "$HOROVOD_PACKAGE" "$MPI4PY_PACKAGE" "${BUILD_TOOLS[@]}" \
         "${HOROVOD_FLAGS[@]}" "$(mpicc --showme:version 2>&1)" | sha1sum | cut -c1-12)
 stamp="$VENV/.stamp-$key"
-if [ -e "$stamp" ]; then
+if [ -e "$stamp" ] && ls "$WHEELS"/horovod-0.28.1-*.whl >/dev/null 2>&1; then
   echo "build-hvd-venv: $VENV is up to date ($(cat "$stamp"))"
   exit 0
 fi
@@ -44,9 +47,14 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 env MPICC=mpicc "${pip[@]}" install --no-binary mpi4py "$MPI4PY_PACKAGE"
 
 # Horovod's setup.py imports the installed TensorFlow for its compile flags: no build isolation.
+# Not from pip's cache: it keys a built wheel by the sdist alone, not by the flags it was built
+# with, and would hand back a wheel built without Gloo (as this script built it before).
 hvd_started=$(date +%s)
-# pip keeps the built wheel in its cache: a fresh clone on the same machine reuses it.
-env "${HOROVOD_FLAGS[@]}" "${pip[@]}" install --no-build-isolation "$HOROVOD_PACKAGE"
+mkdir -p "$WHEELS"
+rm -f "$WHEELS"/horovod-*.whl
+env "${HOROVOD_FLAGS[@]}" "${pip[@]}" wheel --no-cache-dir --no-deps --no-build-isolation -w "$WHEELS" \
+  "$HOROVOD_PACKAGE"
+"${pip[@]}" install "$WHEELS"/horovod-0.28.1-*.whl
 hvd_seconds=$(( $(date +%s) - hvd_started ))
 
 # Fail here, not in a test, if Horovod came out without TensorFlow or MPI.
@@ -56,8 +64,8 @@ import mpi4py
 import tensorflow as tf
 
 assert hvd.mpi_built(), "Horovod was built without MPI"
-assert not hvd.gloo_built(), "Horovod was built with Gloo"
-print(f"build-hvd-venv: TensorFlow {tf.__version__}, Horovod (MPI) ok, mpi4py {mpi4py.__version__}")
+assert hvd.gloo_built(), "Horovod was built without Gloo (elastic horovodrun needs it)"
+print(f"build-hvd-venv: TensorFlow {tf.__version__}, Horovod (MPI, Gloo) ok, mpi4py {mpi4py.__version__}")
 EOF
 
 total_seconds=$(( $(date +%s) - started ))

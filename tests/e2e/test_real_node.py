@@ -94,10 +94,11 @@ def job_namespace(cluster: Cluster, chart_operator: str) -> Iterator[str]:
 
 def apply_example(cluster: Cluster, ns: str, path: Path, tmp_path: Path,
                   env: dict[str, str] | None = None,
-                  edit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                  edit: Callable[[dict[str, Any]], None] | None = None,
+                  edit_job: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """`kubectl apply -f` the example; each PersistentVolumeClaim in it gets a hostPath volume on
     the node. `env` overrides variables of the example's containers (the fault run's length);
-    `edit` changes each of them (a GPU example run on this CPU node)."""
+    `edit` changes each of them (a GPU example run on this CPU node); `edit_job` the job."""
     import realnode
 
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
@@ -112,6 +113,8 @@ def apply_example(cluster: Cluster, ns: str, path: Path, tmp_path: Path,
         for replica in yaml_replicas(docs):
             for each in replica["template"]["spec"]["containers"]:
                 edit(each)
+    if edit_job:
+        edit_job(next(d for d in docs if d["kind"] == "DistTrainJob"))
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
     return next(d for d in docs if d["kind"] == "DistTrainJob")
 
@@ -433,6 +436,74 @@ def test_a_killed_horovod_worker_resumes_from_its_checkpoint(cluster: Cluster, j
     cluster.wait_event(job_namespace, "horovod-keras",
                        lambda e: e.reason == "PodFailed" and "worker 1" in e.message and "code 137" in e.message,
                        "the restart, naming the killed worker")
+
+
+def world_sizes(log: LogFollower) -> list[int]:
+    """The world sizes rank 0 of an elastic Horovod run has trained with, in order."""
+    return [e["size"] for e in log.events() if e.get("event") == "world" and e.get("rank") == 0]
+
+
+def wait_world(log: LogFollower, size: int, after: int, what: str, timeout: float = 180) -> int:
+    """Wait for rank 0 to train with `size` ranks after its first `after` worlds; how many worlds then."""
+    def seen() -> int | None:
+        sizes = world_sizes(log)
+        return len(sizes) if size in sizes[after:] else None
+    found: int = wait_for(seen, timeout, f"{what}: a world of {size} in {log.pod}'s log", interval=0.5)
+    TIMED.append(f"e2e: elastic: {what}: world sizes {world_sizes(log)}")
+    return found
+
+
+def test_elastic_horovod_grows_survives_a_killed_worker_and_shrinks(cluster: Cluster, job_namespace: str,
+                                                                   tmp_path: Path, follow: Follow) -> None:
+    """Issue 24's proof: `kubectl scale` 2 -> 3 mid-training, one worker SIGKILLed (replaced alone,
+    it rejoins), 3 -> 2; no launcher restart throughout, and the surviving ranks end with equal
+    weights. The world size is what rank 0's `hvd.size()` says after each reset."""
+    import realnode
+
+    job = "horovod-elastic"
+    stop = tmp_path / "horovod-elastic-checkpoints" / "stop"
+    started = time.monotonic()
+    apply_example(cluster, job_namespace, EXAMPLES / "horovod-elastic" / "job.yaml", tmp_path,
+                  env={"EPOCHS": "1000", "STEPS_PER_EPOCH": "10", "STEP_SECONDS": "0.05",
+                       "STOP_FILE": "/checkpoints/stop"},
+                  edit_job=lambda j: j["spec"]["mpi"]["elastic"].update(scaleDownDelaySeconds=20))
+    launcher = wait_for(lambda: next((p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")
+                                      if p.status.phase == "Running"), None), 180, "the launcher running")
+    logs = follow(job_namespace, [launcher])
+    log = logs[f"{job}-launcher"]
+    seen = wait_world(log, 2, 0, "started with 2 workers")
+
+    cluster.kubectl("scale", f"dtj/{job}", "--replicas=3", "-n", job_namespace)
+    seen = wait_world(log, 3, seen, "scaled to 3")
+    status = cluster.job_status(job_namespace, job)
+    assert status["phase"] == "Running" and status["restarts"] == 0, status
+
+    victim = next(p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=worker")
+                  if p.metadata.name == f"{job}-worker-1")
+    os.kill(realnode.container_pid(victim.status.container_statuses[0].container_id), signal.SIGKILL)
+    seen = wait_world(log, 2, seen, "worker 1 killed")
+    seen = wait_world(log, 3, seen, "worker 1 replaced and back")
+    status = cluster.job_status(job_namespace, job)
+    assert status["phase"] == "Running" and status["restarts"] == 1, status
+    cluster.wait_event(job_namespace, job, lambda e: e.reason == "PodFailed" and "worker 1" in e.message,
+                       "the replacement, naming the killed worker")
+
+    cluster.kubectl("scale", f"dtj/{job}", "--replicas=2", "-n", job_namespace)
+    seen = wait_world(log, 2, seen, "scaled to 2")
+    wait_for(lambda: f"{job}-worker-2" not in {p.metadata.name for p in cluster.pods(
+        job_namespace, f"disttrain.dev/job-name={job}") if not p.metadata.deletion_timestamp}, 60,
+        "worker 2 deleted after scaleDownDelaySeconds")
+    stop.write_text("")
+    status = finish(cluster, job_namespace, job, started, logs, timing="horovod-elastic: 2 -> 3, killed, -> 2")
+    assert status["restarts"] == 1, status
+    assert [p.metadata.uid for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")] \
+        == [launcher.metadata.uid], "the launcher was never restarted"
+    done = wait_for(lambda: len(d := [e for e in log.events() if e.get("event") == "done"]) == 2 and d, 30,
+                    "both surviving ranks' final lines")
+    TIMED.append(f"e2e: elastic: final weights: {json.dumps(done)}")
+    worlds = [e for e in log.events() if e.get("event") == "world"]
+    TIMED.extend(f"e2e: elastic: {json.dumps(w)}" for w in worlds)
+    assert {d["size"] for d in done} == {2} and len({d["weights_sha256"] for d in done}) == 1, (done, worlds)
 
 
 def stuck_job(name: str, container: dict[str, Any], policy: str = "Never") -> dict[str, Any]:

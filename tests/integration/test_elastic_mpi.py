@@ -105,3 +105,28 @@ def test_kubectl_scale_grows_and_shrinks_the_workers_without_a_restart(
 
     cluster.finish_pod(namespace, "el-launcher", 0)
     cluster.wait_phase(namespace, "el", "Succeeded")
+
+
+def test_a_killed_worker_is_replaced_alone_and_too_few_for_too_long_restarts_the_job(
+        cluster: Cluster, namespace: str, operator: OperatorProcess) -> None:
+    cluster.apply(elastic_job("alone", workers=2, low=1, high=3), namespace)
+    wait_pods_running(cluster, namespace, "alone", 3)
+    launcher = cluster.core.read_namespaced_pod("alone-launcher", namespace).metadata.uid
+    cluster.finish_pod(namespace, "alone-worker-1", 137)
+    status = wait_for(lambda: (s := cluster.job_status(namespace, "alone")).get("restarts") == 1 and s, 30,
+                      "the worker replaced")
+    assert status["phase"] == "Running" and status["reason"] == "PodFailed", status
+    wait_pods_running(cluster, namespace, "alone", 3)
+    wait_hosts(cluster, namespace, "alone", ["alone-worker-0", "alone-worker-1"])
+    assert cluster.core.read_namespaced_pod("alone-launcher", namespace).metadata.uid == launcher
+
+    # minReplicas 2 and no grace: the moment a worker is gone, the whole job restarts.
+    cluster.apply(elastic_job("short", workers=2, low=2, high=3, belowMinGraceSeconds=0), namespace)
+    wait_pods_running(cluster, namespace, "short", 3)
+    cluster.wait_phase(namespace, "short", "Running")
+    launcher = cluster.core.read_namespaced_pod("short-launcher", namespace).metadata.uid
+    cluster.finish_pod(namespace, "short-worker-1", 137)
+    cluster.wait_event(namespace, "short", lambda e: e.reason == "BelowMinReplicas", "the whole-job restart", 30)
+    status = cluster.wait_phase(namespace, "short", "Running", timeout=60)
+    assert status["restarts"] == 2, status
+    assert cluster.core.read_namespaced_pod("short-launcher", namespace).metadata.uid != launcher

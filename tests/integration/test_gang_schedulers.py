@@ -195,3 +195,27 @@ def test_invalid_gangs_are_refused_at_apply(crd: Cluster, namespace: str) -> Non
     unknown = tf_job("g-unknown", {"scheduling": {"gang": {"provider": "Yunikorn"}}}, worker=replica(2))
     result = crd.apply(unknown, namespace, check=False)
     assert result.returncode != 0 and "spec.runPolicy.scheduling.gang.provider" in result.stderr
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_elastic_jobs_gang_is_its_fewest_workers_and_it_grows_past_them(cluster: Cluster, namespace: str,
+                                                                           gpu_node: dict[str, str],
+                                                                           provider: str) -> None:
+    """spec.mpi.elastic: the group asks for minReplicas workers together; a worker added by
+    `kubectl scale` joins the placed group and is scheduled on its own."""
+    job = mpi_job("el", workers=2, gpus=1, scheduling={"gang": {"provider": provider}})
+    job["spec"]["mpi"]["elastic"] = {"minReplicas": 2, "maxReplicas": 4}
+    for rep in job["spec"]["mpi"].values():
+        if isinstance(rep, dict) and "template" in rep:
+            pinned(rep, gpu_node)
+    cluster.apply(job, namespace)
+    status = cluster.wait_phase(namespace, "el", "Running", timeout=60)
+    assert status["gang"]["minAvailable"] == 2, status["gang"]
+    cluster.kubectl("scale", "dtj/el", "--replicas=4", "-n", namespace)
+    wait_for(lambda: bound(cluster, namespace, "el") == 5, 60,
+             f"the two workers added, placed ({provider}: {unschedulable(cluster, namespace, 'el')})")
+    status = wait_for(lambda: (s := cluster.job_status(namespace, "el"))["elastic"]["workers"] == 4 and s, 30,
+                      "4 workers in discovery")
+    assert status["phase"] == "Running" and status["restarts"] == 0, status
+    cluster.finish_pod(namespace, "el-launcher", 0)
+    cluster.wait_phase(namespace, "el", "Succeeded")

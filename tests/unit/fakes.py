@@ -131,6 +131,14 @@ class FakeKube:
         found["data"] = dict(obj["data"])
         return True
 
+    async def annotate_pod(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> bool:
+        self.calls.append(("annotate", f"Pod/{namespace}/{name}"))
+        found = self.objects.get(("Pod", namespace, name))
+        if found is None or found["metadata"].get("uid", uid) != uid:
+            return False
+        found["metadata"].setdefault("annotations", {}).update(annotations)
+        return True
+
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete", f"Pod/{namespace}/{name}"))
         if self.delete_failures:

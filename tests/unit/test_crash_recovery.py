@@ -131,3 +131,38 @@ def test_discover_hosts_follows_the_workers_after_an_operator_restart() -> None:
     manifest["spec"]["mpi"]["launcherStart"] = "Immediately"
     h = Harness(manifest)
     asyncio.run(scenario())
+
+
+def test_an_elastic_jobs_launcher_is_touched_when_discovery_changes_after_a_restart_too() -> None:
+    """The kubelet refreshes a ConfigMap volume when it syncs the pod: at the pod's next update, else
+    once a minute. An elastic job's launcher gets the new discover_hosts.sh's digest as an
+    annotation after each write, so horovodrun sees a worker come or go at once."""
+    from disttrain.api.constants import DISCOVERY_ANNOTATION
+    from manifests import mpi_job
+
+    def statuses(running: set[str]) -> None:
+        h.pods[:] = [observe_pod({**pod, "status": RUNNING if pod["metadata"]["name"] in running else {}})
+                     for pod in h.kube.pods()]
+
+    def digest() -> str | None:
+        annotations = h.kube.objects[("Pod", "ml", "mnist-launcher")]["metadata"].get("annotations") or {}
+        return annotations.get(DISCOVERY_ANNOTATION)
+
+    async def scenario() -> None:
+        await h.reconcile()
+        statuses({"mnist-worker-0", "mnist-launcher"})
+        await h.reconcile()
+        first = digest()
+        assert first is not None
+        assert ("annotate", "Pod/ml/mnist-launcher") in h.kube.calls
+        await h.reconcile()
+        assert digest() == first and h.kube.calls.count(("annotate", "Pod/ml/mnist-launcher")) == 1, \
+            "no change, no write"
+        restarted(h)
+        statuses({"mnist-worker-0", "mnist-worker-1", "mnist-launcher"})
+        await h.reconcile()
+        assert digest() not in (None, first)
+    manifest = mpi_job("mnist", workers=2)
+    manifest["spec"]["mpi"].update(launcherStart="Immediately", elastic={"minReplicas": 1, "maxReplicas": 3})
+    h = Harness(manifest)
+    asyncio.run(scenario())

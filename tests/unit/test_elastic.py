@@ -87,11 +87,11 @@ def test_scale_down_leaves_discovery_at_once_and_deletes_after_the_delay() -> No
     assert discovery(first).count("echo ") == 1, "workers 1 and 2 left discovery"
     assert not first.delete, "Horovod must first drop them"
     assert first.status["elastic"]["scaleDownSince"] == "2026-11-22T12:00:00Z"
-    assert first.requeue_after == pytest.approx(90)
+    assert first.requeue_after == pytest.approx(30)
     # An operator restarted in between resumes the wait from the status, not from its own start.
-    second = step(elastic_job(1), running(3), first.status, later(60))
-    assert not second.delete and second.requeue_after == pytest.approx(30)
-    due = step(elastic_job(1), running(3), second.status, later(90))
+    second = step(elastic_job(1), running(3), first.status, later(20))
+    assert not second.delete and second.requeue_after == pytest.approx(10)
+    due = step(elastic_job(1), running(3), second.status, later(30))
     assert sorted(p.name for p in due.delete) == ["mnist-worker-1", "mnist-worker-2"]
     assert due.status["operatorRestarts"] == 0, "scaling down is not a restart"
     assert "scaleDownSince" not in due.status["elastic"]

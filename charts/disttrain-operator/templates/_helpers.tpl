@@ -38,9 +38,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [disttrain.dev]
   resources: [disttrainjobs/status]
   verbs: [patch]
+# patch: an elastic MPI job's launcher gets an annotation when discover_hosts.sh changes, so the
+# kubelet refreshes its ConfigMap volume at once rather than at its next periodic sync.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete]
+  verbs: [get, list, watch, create, delete, patch]
 # get: only when a create finds the name taken, to see whose object is there (an earlier job's
 # is waited out; anything else's fails the job).
 - apiGroups: [""]

@@ -12,6 +12,8 @@ CATEGORY = "disttrain"
 JOB_NAME_LABEL = f"{GROUP}/job-name"
 REPLICA_TYPE_LABEL = f"{GROUP}/replica-type"
 REPLICA_INDEX_LABEL = f"{GROUP}/replica-index"
+# On an elastic MPI job's launcher: the digest of the discover_hosts.sh it should see (Elastic MPI).
+DISCOVERY_ANNOTATION = f"{GROUP}/discovery"
 
 TF_CONFIG_ENV = "TF_CONFIG"
 JOB_NAME_ENV = "DISTTRAIN_JOB_NAME"

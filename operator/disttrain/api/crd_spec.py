@@ -181,8 +181,8 @@ def elastic_schema() -> Schema:
             "minReplicas": int_field("The fewest workers the training runs with.", minimum=1),
             "maxReplicas": int_field("The most workers it may be scaled to.", minimum=1),
             "scaleDownDelaySeconds": int_field(
-                "How long a worker scaled away is kept after it leaves discover_hosts.sh, for the kubelet to "
-                "refresh the launcher's copy and Horovod to drop the host at its next commit.",
+                "How long a worker scaled away is kept after it leaves discover_hosts.sh, for the launcher's "
+                "copy to be refreshed and Horovod to drop the host at its next commit.",
                 minimum=0, default=defaults.ELASTIC_SCALE_DOWN_DELAY_SECONDS),
             "belowMinGraceSeconds": int_field(
                 "How long the job may run with fewer than minReplicas workers before runPolicy's restart policy "

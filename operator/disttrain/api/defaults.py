@@ -13,10 +13,11 @@ MPI_IMPLEMENTATION = "OpenMPI"
 MPI_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
 MPI_LAUNCHER_START = "WhenWorkersReady"
 # Elastic MPI (spec.mpi.elastic): how long a worker scaled away stays after it leaves discovery. The
-# launcher reads discover_hosts.sh from a ConfigMap volume, which the kubelet refreshes at its next
-# sync of the pod (syncFrequency, 1 minute by default, plus jitter); Horovod then polls the script
-# every second and drops the host at its workers' next commit.
-ELASTIC_SCALE_DOWN_DELAY_SECONDS = 90
+# launcher reads discover_hosts.sh from a ConfigMap volume; the operator touches the launcher after
+# each change so the kubelet refreshes it at once (else at its next periodic sync, a minute);
+# Horovod runs the script every second and stops the host's ranks at its workers' next commit.
+# A worker deleted before that is lost rather than dropped: Horovod resets from the last commit.
+ELASTIC_SCALE_DOWN_DELAY_SECONDS = 30
 # How long an elastic job may run with fewer than minReplicas workers before its restart policy
 # takes over (a replaced worker normally rejoins well within it: a pod start and an sshd).
 ELASTIC_BELOW_MIN_GRACE_SECONDS = 120

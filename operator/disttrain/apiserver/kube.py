@@ -198,6 +198,19 @@ class Kube:
             raise
         return True
 
+    async def annotate_pod(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> bool:
+        """Merge-patch the pod's annotations; its uid in the patch is a precondition (a newer pod of
+        the name is left alone: 409). False if the pod is gone or is another."""
+        body = {"metadata": {"uid": uid, "annotations": annotations}}
+        try:
+            await self.rest.request("PATCH", path("v1", "pods", namespace, name), body=body,
+                                    params={"fieldManager": FIELD_MANAGER}, content_type=MERGE_PATCH)
+        except ApiError as err:
+            if err.status in (404, 409):
+                return False
+            raise
+        return True
+
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete exactly the pod we judged (uid precondition): never a newer one of the same name."""
         log.debug("delete Pod %s/%s (uid %s)", namespace, name, uid)

@@ -5,10 +5,14 @@ we wanted is checked for whose it is before it is trusted (objects.ownership).""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+from collections.abc import Sequence
 from typing import Any, Protocol
 
-from disttrain.api.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from disttrain.api.constants import DISCOVERY_ANNOTATION, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from disttrain.api.objects import JobRef, Ownership, PodKey, not_owned_message, ownership
+from disttrain.api.observed import ObservedPod
 from disttrain.apiserver.kube import Invalid, Refused
 from disttrain.control.expectations import Expectations
 from disttrain.control.groups import Groups
@@ -21,6 +25,7 @@ class ChildrenAPI(Protocol):
     async def get(self, obj: dict[str, Any]) -> dict[str, Any] | None: ...
     async def get_metadata(self, obj: dict[str, Any]) -> dict[str, Any] | None: ...
     async def patch_config_map_data(self, obj: dict[str, Any]) -> bool: ...
+    async def annotate_pod(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> bool: ...
 
 
 class Children:
@@ -104,10 +109,14 @@ class Children:
                 return Reason.OBJECT_NOT_OWNED, not_owned_message(ref, pod)
         return None
 
-    async def keep_current(self, ref: JobRef, obj: dict[str, Any]) -> None:
+    async def keep_current(self, ref: JobRef, obj: dict[str, Any], remount: Sequence[ObservedPod] = ()) -> None:
         """Write `obj` (a ConfigMap) if its data differs from what we last wrote, or, in a process
         that hasn't written it (a restart, a failover), from what the object holds: read once,
-        and only if it is this job's (derived from what exists, not from this process's past)."""
+        and only if it is this job's (derived from what exists, not from this process's past).
+        After a write, the `remount` pods get its digest as an annotation: the pod update makes
+        the kubelet sync them, and a sync sets up their ConfigMap volumes again with the new data
+        (k8s.io/kubernetes v1.36.3, pkg/kubelet/volumemanager: WaitForAttachAndMount -> ReprocessPod).
+        Lost in a crash between the two writes, the kubelet's periodic sync (a minute) does it."""
         memory = (ref.uid, obj["metadata"]["name"])
         if memory not in self.written:
             found = await self.kube.get(obj)
@@ -118,3 +127,6 @@ class Children:
             return
         if await self.kube.patch_config_map_data(obj):
             self.written[memory] = obj["data"]
+            digest = hashlib.sha256(json.dumps(obj["data"], sort_keys=True).encode()).hexdigest()[:16]
+            for pod in remount:
+                await self.kube.annotate_pod(ref.namespace, pod.name, pod.uid, {DISCOVERY_ANNOTATION: digest})

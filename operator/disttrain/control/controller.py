@@ -216,7 +216,7 @@ class Controller:
             self.children.supported.discard(ref.uid)  # made afresh with the next pods
         failure, wait = await self.children.create_all(exp, ref, framework, plan.create)
         for obj in plan.keep_current:
-            await self.children.keep_current(ref, obj)
+            await self.children.keep_current(ref, obj, plan.remount)
         if failure is not None and failure[0] in REFUSED:
             return await self._refused(key, ref, body, plan, *failure)
         if any(o["kind"] == "Pod" for o in plan.create):

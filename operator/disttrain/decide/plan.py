@@ -37,6 +37,10 @@ class Plan:
     requeue_after: float | None = None  # seconds until a deadline or TTL falls due
     # Objects to keep current while the job runs (MPI's discover_hosts.sh follows the workers).
     keep_current: list[dict[str, Any]] = field(default_factory=list)
+    # Pods that mount what keep_current writes and must see it at once: their annotations are touched
+    # after a write, since the kubelet refreshes a ConfigMap volume when it syncs the pod (at an update,
+    # else every syncFrequency, a minute by default).
+    remount: list[ObservedPod] = field(default_factory=list)
     # Supporting objects to delete (a gang's group when the job finishes, is suspended or restarts).
     delete_objects: list[dict[str, Any]] = field(default_factory=list)
     workload: list[WorkloadOp] = field(default_factory=list)

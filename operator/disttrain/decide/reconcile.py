@@ -198,6 +198,8 @@ def start(p: Pass) -> bool:
     create_missing(p)
     if p.spec.mpi is not None:
         p.plan.keep_current.append(mpi.desired_config_map(p.job.ref, p.spec.mpi, running_workers(p)))
+        if elastic.settings(p.spec) is not None:  # horovodrun reads discover_hosts.sh every second
+            p.plan.remount = [pod for pod in p.live if pod.replica_type == ReplicaType.LAUNCHER]
     present = {pod.name for pod in p.own}
     if all(name in present for name in p.wanted) and not any(pod.terminating for pod in p.own):
         p.plan.status["conditions"] = set_condition(
@@ -240,7 +242,9 @@ def create_missing(p: Pass) -> None:
     if not to_create:
         return
     p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider))
-    if p.provider is not None and not gang.admitted(p.provider, p.job.group):
+    # A running job's group was admitted (its phase isn't read again then: control/groups.py); an
+    # elastic job's worker added or replaced while it runs joins it.
+    if p.provider is not None and p.phase is not Phase.RUNNING and not gang.admitted(p.provider, p.job.group):
         p.plan.requeue_within(GROUP_POLL_SECONDS)  # its phase is read, not watched
         return
     for key in to_create:
