@@ -506,6 +506,49 @@ def test_elastic_horovod_grows_survives_a_killed_worker_and_shrinks(cluster: Clu
     assert {d["size"] for d in done} == {2} and len({d["weights_sha256"] for d in done}) == 1, (done, worlds)
 
 
+def test_elastic_horovod_short_of_min_replicas_too_long_restarts_by_policy(cluster: Cluster, job_namespace: str,
+                                                                           tmp_path: Path, follow: Follow) -> None:
+    """Issue 24's proof, step 4: minReplicas 2, one worker SIGKILLed, and its replacement kept from
+    becoming Ready (the node refuses the pods' port 22, as an sshd that never listens would: the
+    startup probe fails). One worker Ready for longer than belowMinGraceSeconds: the whole job
+    restarts (BelowMinReplicas, counted), and once port 22 answers again it trains to the end."""
+    import realnode
+
+    job = "horovod-elastic"
+    started = time.monotonic()
+    apply_example(cluster, job_namespace, EXAMPLES / "horovod-elastic" / "job.yaml", tmp_path,
+                  env={"EPOCHS": "1000", "STEPS_PER_EPOCH": "10", "STEP_SECONDS": "0.05",
+                       "STOP_FILE": "/checkpoints/stop"},
+                  edit_job=lambda j: j["spec"]["mpi"]["elastic"].update(minReplicas=2, belowMinGraceSeconds=15))
+    first = wait_for(lambda: next((p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")
+                                   if p.status.phase == "Running"), None), 180, "the launcher running")
+    log = follow(job_namespace, [first])[f"{job}-launcher"]
+    wait_world(log, 2, 0, "min 2: started with 2 workers")
+    rule = ["OUTPUT", "-d", realnode.SUBNET, "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset"]
+    subprocess.run(["iptables", "-w", "-I", *rule], check=True)
+    try:
+        victim = next(p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=worker")
+                      if p.metadata.name == f"{job}-worker-1")
+        killed = time.monotonic()
+        os.kill(realnode.container_pid(victim.status.container_statuses[0].container_id), signal.SIGKILL)
+        restart = cluster.wait_event(job_namespace, job, lambda e: e.reason == "BelowMinReplicas",
+                                     "the whole-job restart", 90)
+        record_timing("e2e", "elastic: a worker killed -> BelowMinReplicas restart (grace 15 s)",
+                      time.monotonic() - killed)
+        TIMED.append(f"e2e: elastic: {restart.reason}: {restart.message}")
+        assert restart.message.startswith("only 1 of spec.mpi.elastic.minReplicas 2 workers Ready"), restart.message
+    finally:
+        subprocess.run(["iptables", "-w", "-D", *rule], check=True)
+    second = wait_for(lambda: next((p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")
+                                    if p.status.phase == "Running" and p.metadata.uid != first.metadata.uid), None),
+                      180, "the restarted job's launcher running")
+    logs = follow(job_namespace, [second])
+    wait_world(logs[f"{job}-launcher"], 2, 0, "min 2: after the whole-job restart")
+    (tmp_path / "horovod-elastic-checkpoints" / "stop").write_text("")
+    status = finish(cluster, job_namespace, job, started, logs, timing="horovod-elastic: below min, restarted")
+    assert status["restarts"] == 2, status  # the replaced worker, then the whole job
+
+
 def stuck_job(name: str, container: dict[str, Any], policy: str = "Never") -> dict[str, Any]:
     return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob", "metadata": {"name": name},
             "spec": {"tensorflow": {"worker": {"replicas": 1, "restartPolicy": policy, "template": {"spec": {
