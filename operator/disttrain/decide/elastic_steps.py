@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from disttrain.api.status import FINISHED, Phase, timestamp
+from disttrain.api.status import FINISHED, Phase
 from disttrain.decide.passes import Pass
 from disttrain.decide.plan import Event
 from disttrain.decide.policies import elastic, failure
@@ -27,14 +27,13 @@ def below_min_restart(p: Pass) -> failure.Restart | None:
     return failure.decide(p.spec, p.restarts_so_far, p.kubelet_restarts, what, 1, True, Reason.BELOW_MIN_REPLICAS)
 
 
-
 def status_of(p: Pass) -> dict[str, Any]:
     return dict(p.plan.status.get("elastic") or {})
 
 
 def short_of_min(p: Pass) -> elastic.Timer:
     return elastic.short_of_min(p.spec, p.live, p.wanted_workers, status_of(p).get("belowMinSince"),
-                                p.phase is Phase.RUNNING, p.now, timestamp(p.now))
+                                p.phase is Phase.RUNNING, p.now)
 
 
 def scale_down(p: Pass) -> None:
@@ -42,7 +41,7 @@ def scale_down(p: Pass) -> None:
     if elastic.settings(p.spec) is None:
         return
     wait, going = elastic.scale_down(p.spec, p.live, p.wanted_workers, status_of(p).get("scaleDownSince"),
-                                     p.now, timestamp(p.now))
+                                     p.now)
     if wait.since is not None and wait.left > 0:
         p.plan.requeue_within(wait.left)
     if going:
@@ -65,7 +64,7 @@ def report(p: Pass) -> None:
     deleted = {pod.uid for pod in p.plan.delete}
     if Phase(p.plan.status.get("phase") or Phase.PENDING) not in FINISHED:
         down, _ = elastic.scale_down(p.spec, [pod for pod in p.live if pod.uid not in deleted], p.wanted_workers,
-                                     before.get("scaleDownSince"), p.now, timestamp(p.now))
+                                     before.get("scaleDownSince"), p.now)
         short = short_of_min(p) if p.phase is Phase.RUNNING else None
         if down.since is not None:
             out["scaleDownSince"] = down.since

@@ -73,7 +73,7 @@ class Pass:
         self.plan.status["operatorRestarts"] = self.restarts_so_far
         # An elastic job's workers: spec.mpi.worker.replicas now, or what Kueue admitted if fewer.
         self.wanted_workers = self.spec.num_workers
-        if self.spec.mpi is not None and self.spec.mpi.elastic is not None:
+        if elastic.settings(self.spec) is not None:
             admitted = self.workload.admitted_counts.get("worker") if self.workload is not None else None
             self.wanted_workers = elastic.wanted_workers(self.spec, admitted)
         self.wanted = {pod_name(job.ref.name, k.replica_type, k.index): k for k in desired_pod_keys(self.spec)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from disttrain.api.constants import JOB_NAME_LABEL, REPLICA_TYPE_LABEL
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import Elastic, JobSpec, ReplicaType
-from disttrain.api.status import parse_timestamp
+from disttrain.api.status import parse_timestamp, timestamp
 
 
 def settings(spec: JobSpec) -> Elastic | None:
@@ -65,34 +65,34 @@ class Timer:
     left: float  # seconds until it is due (<= 0: due now)
 
 
-def timer(started: str | None, now: datetime.datetime, active: bool, seconds: int, now_text: str) -> Timer:
+def timer(started: str | None, now: datetime.datetime, active: bool, seconds: int) -> Timer:
     if not active:
         return Timer(None, 0.0)
-    since = started or now_text
+    since = started or timestamp(now)
     begun = parse_timestamp(since) or now
     return Timer(since, (begun + datetime.timedelta(seconds=seconds) - now).total_seconds())
 
 
 def scale_down(spec: JobSpec, live: Sequence[ObservedPod], wanted: int, started: str | None,
-               now: datetime.datetime, now_text: str) -> tuple[Timer, list[ObservedPod]]:
+               now: datetime.datetime) -> tuple[Timer, list[ObservedPod]]:
     """The scale-down wait, and the workers to delete now: those above the wanted count once it is
     over, and at once any of them that has already ended (nothing left to drain)."""
     elastic = settings(spec)
     assert elastic is not None
     leaving = [p for p in live if surplus(spec, p, wanted)]
     running = [p for p in leaving if p.phase not in ("Succeeded", "Failed")]
-    wait = timer(started, now, bool(running), elastic.scale_down_delay_seconds, now_text)
+    wait = timer(started, now, bool(running), elastic.scale_down_delay_seconds)
     ended = [p for p in leaving if p not in running]
     return wait, (leaving if running and wait.left <= 0 else ended)
 
 
 def short_of_min(spec: JobSpec, live: Sequence[ObservedPod], wanted: int, started: str | None, running: bool,
-                 now: datetime.datetime, now_text: str) -> Timer:
+                 now: datetime.datetime) -> Timer:
     """How long a running job has had fewer than minReplicas workers in discovery."""
     elastic = settings(spec)
     assert elastic is not None
     below = running and len(discovered(live, wanted)) < elastic.min_replicas
-    return timer(started, now, below, elastic.below_min_grace_seconds, now_text)
+    return timer(started, now, below, elastic.below_min_grace_seconds)
 
 
 def below_min_message(spec: JobSpec, live: Sequence[ObservedPod], wanted: int) -> str:
