@@ -29,6 +29,8 @@ from ports import free_port, http_ok
 
 NAMESPACE = "kueue-system"
 WAIT_FOR_PODS_READY_SECONDS = 30
+WORKER_LOST_SECONDS = 20
+MULTIKUEUE_ORIGIN = "disttrain-local"  # labels what this plane's MultiKueue made on its workers
 
 
 def available(bin_dir: Path) -> bool:
@@ -65,6 +67,12 @@ def start(plane: Plane, bin_dir: Path, deadline: float) -> None:
         # KWOK are Ready within seconds, so only a job meant to stall meets it.
         "waitForPodsReady": {"timeout": f"{WAIT_FOR_PODS_READY_SECONDS}s", "blockAdmission": False,
                              "recoveryTimeout": f"{WAIT_FOR_PODS_READY_SECONDS}s"},
+        # MultiKueue (beta, on) with its generic adapter for kinds Kueue doesn't know
+        # (MultiKueueAdaptersForCustomJobs, beta, on): this plane can be a manager that dispatches
+        # DistTrainJobs to worker planes (tests/integration/test_multikueue.py). A worker it loses
+        # is given up after WORKER_LOST_SECONDS (Kueue's default: 15 minutes) and the job requeued.
+        "multiKueue": {"externalFrameworks": [{"name": "DistTrainJob.v1.disttrain.dev"}],
+                       "workerLostTimeout": f"{WORKER_LOST_SECONDS}s", "origin": MULTIKUEUE_ORIGIN},
         "featureGates": {"VisibilityOnDemand": False},
     }))
     overlay = f"lowerdir=/etc,upperdir={upper},workdir={work}"

@@ -79,6 +79,26 @@ def test_helm_template_renders_with_no_flags() -> None:
     assert "Deployment" in kinds and "ConfigMap" not in kinds  # the dashboard is off by default
 
 
+def test_kueue_rbac_grants_kueue_what_multikueue_does_on_our_kind(crd: Cluster) -> None:
+    """kueue.rbac.enabled: Kueue's controller may read jobs and write their status (a manager) and
+    make, watch and delete them (a worker), as its generic MultiKueue adapter does."""
+    rendered = helm(crd, "template", "dt", str(CHART), "--set", "kueue.rbac.enabled=true",
+                    "--show-only", "templates/kueue-rbac.yaml")
+    assert "rbac.kueue.x-k8s.io/batch-admin" in rendered
+    crd.kubectl("apply", "--server-side", "-f", "-", input=rendered)
+    try:
+        kueue = "system:serviceaccount:kueue-system:kueue-controller-manager"
+        for verb in ("get", "list", "watch", "create", "delete"):
+            assert crd.kubectl("auth", "can-i", verb, "disttrainjobs.disttrain.dev", "--all-namespaces",
+                               "--as", kueue, check=False).stdout.strip() == "yes", verb
+        assert crd.kubectl("auth", "can-i", "patch", "disttrainjobs.disttrain.dev", "--subresource=status",
+                           "-n", "default", "--as", kueue, check=False).stdout.strip() == "yes"
+        assert crd.kubectl("auth", "can-i", "delete", "pods", "-n", "default", "--as", kueue,
+                           check=False).stdout.strip() == "no", "nothing but our kind"
+    finally:
+        crd.kubectl("delete", "-f", "-", input=rendered, check=False)
+
+
 def exported_metric_names() -> set[str]:
     """Every series name the operator's /metrics can carry (a labelled gauge with no job yet
     still declares its family)."""

@@ -17,6 +17,7 @@ from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import JobSpec, SpecError, parse_spec
 from disttrain.api.status import Phase
 from disttrain.control.ssh_keys import generate_ssh_keys
+from disttrain.decide import dispatch_steps
 from disttrain.decide.passes import JobState
 from disttrain.decide.reconcile import reconcile
 from jobfuzz import specs
@@ -66,6 +67,10 @@ def test_any_schema_valid_spec_is_parsed_or_refused_and_reconciled(raw: dict[str
     event(f"{spec.framework.value}, {spec.total_pods} pods")
     status = data.draw(statuses)
     plan = reconcile(JobState(REF, 1, spec, status), data.draw(pods_of(spec)), NOW, KEYS)
+    if dispatch_steps.managed_elsewhere(spec):  # spec.managedBy: another controller's job, no pod made here
+        event("managed elsewhere")
+        assert not plan.create and not plan.delete
+        return
     assert plan.status["phase"] in {p.value for p in Phase}
     for pod in (o for o in plan.create if o["kind"] == "Pod"):
         rtype = pod["metadata"]["labels"]["disttrain.dev/replica-type"]

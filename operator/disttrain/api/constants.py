@@ -25,3 +25,8 @@ OMP_NUM_THREADS_ENV = "OMP_NUM_THREADS"
 GPU_RESOURCE = "nvidia.com/gpu"
 MAX_DNS_LABEL = 63
 FIELD_MANAGER = "disttrain-operator"
+# spec.managedBy: this operator's own value (the same as leaving it unset), and Kueue's MultiKueue
+# controller's, which Kueue v0.19.2's generic adapter for external kinds reads at `.spec.managedBy`
+# (pkg/controller/admissionchecks/multikueue/externalframeworks/adapter.go, IsJobManagedByKueue).
+MANAGED_BY_DISTTRAIN = f"{GROUP}/operator"
+MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"

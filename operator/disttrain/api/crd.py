@@ -10,14 +10,15 @@ from __future__ import annotations
 import yaml
 
 from disttrain.api.constants import CATEGORY, GROUP, KIND, MAX_DNS_LABEL, PLURAL, SHORT_NAME, SINGULAR, VERSION
+from disttrain.api.crd_run_policy import gang_size_rule, run_policy_schema
 from disttrain.api.crd_spec import (
     FlowMapping,
     Schema,
     enum_field,
-    gang_size_rule,
     int_field,
+    managed_by_rule,
+    managed_by_schema,
     mpi_schema,
-    run_policy_schema,
     string_field,
     tensorflow_schema,
 )
@@ -202,6 +203,7 @@ def job_schema() -> Schema:
                     "tensorflow": tensorflow_schema(),
                     "mpi": mpi_schema(),
                     "runPolicy": run_policy_schema(),
+                    "managedBy": managed_by_schema(),
                 },
                 "x-kubernetes-validations": [
                     {"rule": "has(self.tensorflow) != has(self.mpi)",
@@ -209,6 +211,7 @@ def job_schema() -> Schema:
                     {"rule": "has(self.tensorflow) == has(oldSelf.tensorflow)",
                      "message": "a job can't switch between spec.tensorflow and spec.mpi after it is created"},
                     gang_size_rule(),
+                    managed_by_rule(),
                 ],
             },
             "status": status_schema(),

@@ -156,6 +156,7 @@ class JobSpec:
     tensorflow: TensorFlowSpec | None
     mpi: MPISpec | None
     run_policy: RunPolicy
+    managed_by: str | None = None  # spec.managedBy: another controller's job unless unset or ours (dispatch_steps)
 
     @property
     def replicas(self) -> Mapping[str, ReplicaSpec]:
@@ -207,9 +208,9 @@ def parse_spec(spec: Mapping[str, Any]) -> JobSpec:
         raise SpecError("spec", "exactly one of spec.tensorflow or spec.mpi must be set")
     run_policy = parse_run_policy(spec)
     if tf_raw is not None:
-        return JobSpec(Framework.TENSORFLOW, parse_tensorflow(tf_raw), None, run_policy)
+        return JobSpec(Framework.TENSORFLOW, parse_tensorflow(tf_raw), None, run_policy, spec.get("managedBy"))
     assert mpi_raw is not None
-    return JobSpec(Framework.MPI, None, parse_mpi(mpi_raw), run_policy)
+    return JobSpec(Framework.MPI, None, parse_mpi(mpi_raw), run_policy, spec.get("managedBy"))
 
 
 def parse_run_policy(spec: Mapping[str, Any]) -> RunPolicy:

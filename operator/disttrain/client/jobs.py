@@ -172,6 +172,8 @@ class Spec(_Object):
     tensorflow: TensorFlow | None = None
     mpi: MPI | None = None
     run_policy: RunPolicy | None = None
+    # "kueue.x-k8s.io/multikueue": dispatched by Kueue's MultiKueue to a worker cluster (with a queue label).
+    managed_by: str | None = None
 
 
 @dataclass

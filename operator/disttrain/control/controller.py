@@ -36,7 +36,7 @@ from disttrain.control.teardown import Namespaces
 from disttrain.control.telling import Telling
 from disttrain.control.tombstones import RESYNC_SECONDS, Tombstones, resync_forever
 from disttrain.control.workqueue import WorkQueue
-from disttrain.decide import create_refusals
+from disttrain.decide import create_refusals, dispatch_steps
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Event, Plan
 from disttrain.decide.queueing import ObservedWorkload
@@ -128,14 +128,15 @@ class Controller:
                        status=dict(body.get("status") or {}), progress=self.progress.state(key, ref.uid),
                        report_to=self.report_to)
         keys = None
-        if spec.mpi is not None:
+        if spec.mpi is not None and not dispatch_steps.managed_elsewhere(spec):
             # Kept while the job lives: its Secret is made once, but a plan that creates pods
             # always carries the supporting objects (created only if we haven't yet).
             if ref.uid not in self.ssh_keys:
                 self.ssh_keys[ref.uid] = generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
         job = await self.groups.observe(job)
-        job = await self.queues.observe(job, meta.get("labels") or {}, self._workloads.get(key, ()))
+        job = await self.queues.observe(job, meta.get("labels") or {}, meta.get("annotations") or {},
+                                        self._workloads.get(key, ()))
         pods = self._observed_pods(key, ref, job.status.get("deletedPods") or ())
         plan = reconcile(job, pods, self.clock.now(), keys)
         plan = create_refusals.hold(self.refusals.get(key), Queues.hold_unreadable(job, plan), self.clock.monotonic())

@@ -16,7 +16,15 @@ from typing import Any, Protocol
 from disttrain.api.objects import JobRef
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan, WorkloadOp
-from disttrain.decide.queueing import KUEUE_API, PRIORITY_LABEL, Flavor, ObservedWorkload, QueueState, queue_name
+from disttrain.decide.queueing import (
+    KUEUE_API,
+    PRIORITY_LABEL,
+    Flavor,
+    ObservedWorkload,
+    QueueState,
+    prebuilt_workload,
+    queue_name,
+)
 from disttrain.runtime.clock import Clock
 
 CACHE_SECONDS = 60.0
@@ -37,13 +45,16 @@ class Queues:
         self.kube, self.clock = kube, clock
         self._cache: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
 
-    async def observe(self, job: JobState, labels: Mapping[str, str],
+    async def observe(self, job: JobState, labels: Mapping[str, str], annotations: Mapping[str, str],
                       workloads: Iterable[ObservedWorkload]) -> JobState:
         queue = queue_name(labels)
         if queue is None:
             return job
-        workload = next((w for w in workloads if w.owner_uid == job.ref.uid), None)
-        state = QueueState(queue, workload)
+        # MultiKueue's copy on a worker cluster: the Workload it made first, adopted by name.
+        prebuilt = prebuilt_workload(labels, annotations)
+        workload = next((w for w in workloads if (w.name == prebuilt if prebuilt else w.owner_uid == job.ref.uid)),
+                        None)
+        state = QueueState(queue, workload, prebuilt=prebuilt)
         try:
             if workload is not None and workload.admitted:
                 names = {f for assigned in workload.assignments.values() for f in assigned.values()}
@@ -98,6 +109,8 @@ class Queues:
                 # the conditions list merges by type.
                 await self.kube.patch(target, {**target, "status": {"conditions": [op.body]}}, status=True,
                                       apply=True)
+            elif op.verb == "adopt":
+                await self.kube.patch(target, op.body)
             elif op.verb == "release":
                 body = {"metadata": {"resourceVersion": op.resource_version}, "status": op.body}
                 await self.kube.patch(target, body, status=True)

@@ -21,6 +21,7 @@ class WorkloadOp:
     """A write to a queued job's Kueue Workload."""
 
     verb: str  # create | delete | condition (server-side apply of one) | release (status) | active (spec)
+    # | adopt (metadata: a prebuilt Workload made the job's own)
     name: str
     body: dict[str, Any] = field(default_factory=dict)
     uid: str = ""

@@ -25,6 +25,8 @@ def hold_in_queue(p: Pass) -> bool:
     state = p.job.queue
     if state is None:
         return False
+    if state.prebuilt is not None and not adopted(p, state.prebuilt):
+        return True
     workload = p.workload
     if workload is None:
         name = queueing.workload_name(p.job.ref)
@@ -43,15 +45,51 @@ def hold_in_queue(p: Pass) -> bool:
         return evicted(p, workload)
     if workload.admitted:
         if p.phase is Phase.QUEUED:
+            where = f" and MultiKueue dispatched it to worker cluster {workload.cluster_name}" \
+                if workload.cluster_name else ""
             p.move(Phase.PENDING, Reason.ADMITTED,
-                   f"Kueue admitted Workload {workload.name} to ClusterQueue {workload.cluster_queue}")
+                   f"Kueue admitted Workload {workload.name} to ClusterQueue {workload.cluster_queue}{where}")
             p.plan.status["startTime"] = timestamp(p.now)  # the deadline counts from admission
         return False
     if workload.podsets_hash != queueing.podsets_hash(queueing.pod_sets(p.spec)):
+        if state.prebuilt is not None:
+            return out_of_sync(p, workload)
         p.plan.workload.append(WorkloadOp("delete", workload.name, uid=workload.uid))
         return queued(p, f"the job's pod templates changed while it was queued: Workload {workload.name} is "
                          f"replaced")
+    if workload.true("QuotaReserved") and (checks := workload.waiting_on_checks()):
+        return queued(p, f"Workload {workload.name} has quota in ClusterQueue {workload.cluster_queue}; {checks}")
     return queued(p, workload.said("QuotaReserved") or f"waiting for Kueue to admit Workload {workload.name}")
+
+
+def adopted(p: Pass, name: str) -> bool:
+    """MultiKueue's copy of a job on a worker cluster runs under the Workload MultiKueue made for
+    it before the job (named by kueue.x-k8s.io/prebuilt-workload-name), never one of its own: True
+    once the job controls it; until then the job waits, and the Workload is taken as Kueue's
+    integrations take one (the job its controller)."""
+    assert p.job.queue is not None
+    found = p.job.queue.workload
+    if found is not None and found.owner_uid == p.job.ref.uid:
+        return True
+    if found is None:
+        queued(p, f"waiting for Workload {name} ({queueing.PREBUILT_WORKLOAD}), which MultiKueue makes before the job")
+    elif found.owner_uid:
+        queued(p, f"Workload {name} ({queueing.PREBUILT_WORKLOAD}) is controlled by another object: it is not this "
+                  f"job's to run under")
+    else:
+        p.plan.workload.append(WorkloadOp("adopt", name, queueing.adoption(p.job.ref, found)))
+        queued(p, f"taking Workload {name}, made for it by MultiKueue")
+    return False
+
+
+def out_of_sync(p: Pass, workload: ObservedWorkload) -> bool:
+    """A prebuilt Workload whose pod sets differ from the job's is finished, as Kueue's own
+    integrations finish one (reason OutOfSync): MultiKueue then dispatches the job afresh."""
+    if not workload.true("Finished"):
+        p.plan.workload.append(WorkloadOp("condition", workload.name, queueing.condition(
+            "Finished", True, "OutOfSync", "The prebuilt workload is out of sync with its user job",
+            timestamp(p.now))))
+    return queued(p, f"Workload {workload.name} no longer matches the job's pod templates: finished as OutOfSync")
 
 
 def queued(p: Pass, detail: str) -> bool:

@@ -18,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from disttrain.api.constants import API_VERSION, JOB_NAME_LABEL, KIND
-from disttrain.api.objects import JobRef, controller_uid, object_meta
+from disttrain.api import topology
+from disttrain.api.constants import API_VERSION, JOB_NAME_LABEL, KIND, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from disttrain.api.objects import JobRef, controller_uid, object_meta, owner_reference
 from disttrain.api.spec import JobSpec, ReplicaType
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -27,6 +28,10 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 PODSETS_HASH = "disttrain.dev/podsets-hash"  # the spec a Workload was made from (replaced if it changes)
+# MultiKueue's copy of a job on a worker cluster names the Workload it made there first, to be adopted
+# rather than made: an annotation since Kueue v0.18 (WorkloadIdentifierAnnotations, beta, on), a
+# label before (jobframework/utils.go, PrebuiltWorkloadNameFor reads both).
+PREBUILT_WORKLOAD = "kueue.x-k8s.io/prebuilt-workload-name"
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,10 @@ class ObservedWorkload:
     cluster_queue: str = ""
     # podSet name -> pods admitted, where Kueue says (partial admission can admit fewer than asked).
     admitted_counts: Mapping[str, int] = field(default_factory=dict)
+    # Admission checks (MultiKueue's among them): name -> (state, message).
+    checks: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    cluster_name: str = ""  # the worker cluster MultiKueue dispatched it to (status.clusterName)
+    topology_placed: frozenset[str] = frozenset()  # podSets Kueue's TAS assigned domains to, for its ungater
 
     def true(self, ctype: str) -> bool:
         return (self.conditions.get(ctype) or {}).get("status") == "True"
@@ -49,6 +58,11 @@ class ObservedWorkload:
     def said(self, ctype: str) -> str:
         cond = self.conditions.get(ctype) or {}
         return str(cond.get("message") or cond.get("reason") or "")
+
+    def waiting_on_checks(self) -> str:
+        """What the admission checks not Ready yet say (MultiKueue: which worker it is trying)."""
+        return "; ".join(f"admission check {name} {state}" + (f": {message}" if message else "")
+                         for name, (state, message) in sorted(self.checks.items()) if state != "Ready")
 
     @property
     def admitted(self) -> bool:
@@ -59,6 +73,7 @@ class ObservedWorkload:
 class Flavor:
     node_labels: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[Mapping[str, Any]] = ()
+    topology: str | None = None  # placement only: the Workload whose TAS assignment places the pod
 
 
 @dataclass(frozen=True)
@@ -71,10 +86,15 @@ class QueueState:
     flavors: Mapping[str, Flavor] = field(default_factory=dict)
     priority: tuple[str, int] | None = None  # (WorkloadPriorityClass, its value)
     unreadable: str | None = None  # a flavor or priority class that could not be read: pods and Workload wait
+    prebuilt: str | None = None  # MultiKueue's worker copy: the Workload made for it, to adopt (never make)
 
 
 def queue_name(labels: Mapping[str, str]) -> str | None:
     return labels.get(QUEUE_LABEL) or None
+
+
+def prebuilt_workload(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:
+    return annotations.get(PREBUILT_WORKLOAD) or labels.get(PREBUILT_WORKLOAD) or None
 
 
 def workload_name(job: JobRef) -> str:
@@ -95,6 +115,9 @@ def pod_sets(spec: JobSpec) -> list[dict[str, Any]]:
         if kept:
             template["metadata"] = kept
         podset: dict[str, Any] = {"name": str(rtype), "count": replica.replicas, "template": template}
+        request = topology.topology_request(meta.get("annotations") or {}, REPLICA_INDEX_LABEL)
+        if request is not None:
+            podset["topologyRequest"] = request
         if rtype == ReplicaType.WORKER and spec.mpi is not None and spec.mpi.elastic is not None:
             # Kueue's partial admission (beta, on by default since v0.5): it may admit as few as
             # minReplicas workers when quota is short; the job then runs with what was admitted.
@@ -133,18 +156,24 @@ def observe_workload(body: Mapping[str, Any]) -> ObservedWorkload:
         cluster_queue=str(admission.get("clusterQueue") or ""),
         admitted_counts={a["name"]: int(a["count"]) for a in admission.get("podSetAssignments") or []
                          if a.get("count") is not None},
+        checks={c["name"]: (str(c.get("state") or ""), str(c.get("message") or ""))
+                for c in status.get("admissionChecks") or [] if "name" in c},
+        cluster_name=str(status.get("clusterName") or ""),
+        topology_placed=frozenset(a["name"] for a in admission.get("podSetAssignments") or []
+                                  if a.get("topologyAssignment")),
     )
 
 
 def placement(workload: ObservedWorkload, podset: str, flavors: Mapping[str, Flavor]) -> Flavor:
-    """The node labels and tolerations of every flavor the podSet was admitted to."""
+    """The node labels and tolerations of every flavor the podSet was admitted to, and whether
+    Kueue's TAS places its pods in the domains it assigned (`Flavor.topology`: the Workload's name)."""
     labels: dict[str, str] = {}
     tolerations: list[Mapping[str, Any]] = []
     for name in sorted(set((workload.assignments.get(podset) or {}).values())):
         flavor = flavors.get(name) or Flavor()
         labels |= dict(flavor.node_labels)
         tolerations += [t for t in flavor.tolerations if t not in tolerations]
-    return Flavor(labels, tolerations)
+    return Flavor(labels, tolerations, workload.name if podset in workload.topology_placed else None)
 
 
 def place(pod: Mapping[str, Any], where: Flavor) -> tuple[dict[str, Any], str | None]:
@@ -168,7 +197,35 @@ def place(pod: Mapping[str, Any], where: Flavor) -> tuple[dict[str, Any], str | 
     meta = dict(out["metadata"])
     meta["labels"] = {k: v for k, v in (meta.get("labels") or {}).items() if k != QUEUE_LABEL}
     out["metadata"] = meta
+    if where.topology is not None:
+        gate_for_topology(out, where.topology)
     return out, None
+
+
+def gate_for_topology(pod: dict[str, Any], workload: str) -> None:
+    """A pod of a podSet Kueue's TAS placed: held by Kueue's scheduling gate until its
+    TopologyUngater has written the assigned domain into the nodeSelector (it finds the pod by the
+    Workload annotation and podSet label, and ranks it by the replica-index label named in the
+    topologyRequest). A podSet TAS placed without being asked (every flavor of the ClusterQueue has
+    a topology) is marked unconstrained, as Kueue marks its own (podset.FromAssignment): a bound
+    pod without a TAS annotation would count a second time, as usage Kueue doesn't manage."""
+    meta = pod["metadata"]
+    annotations = meta["annotations"] = dict(meta.get("annotations") or {})
+    annotations[topology.WORKLOAD_ANNOTATION] = workload
+    if not any(annotations.get(k) for k in topology.ASKS):
+        annotations[topology.UNCONSTRAINED] = "true"
+    meta["labels"][topology.PODSET_LABEL] = meta["labels"][REPLICA_TYPE_LABEL]
+    spec = pod["spec"]
+    gates = list(spec.get("schedulingGates") or [])
+    if {"name": topology.SCHEDULING_GATE} not in gates:
+        spec["schedulingGates"] = [*gates, {"name": topology.SCHEDULING_GATE}]
+
+
+def adoption(job: JobRef, workload: ObservedWorkload) -> dict[str, Any]:
+    """The metadata that makes a prebuilt Workload the job's own, as Kueue's integrations take one
+    (jobframework EnsurePrebuiltWorkloadOwnership): the job as its controller, the job-uid label."""
+    return {"metadata": {"ownerReferences": [owner_reference(job)], "labels": {JOB_UID_LABEL: job.uid},
+                         "resourceVersion": workload.resource_version}}
 
 
 def condition(ctype: str, status: bool, reason: str, message: str, now: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ A pure function. The controller reads the job and its pods from in-memory indexe
 asking one policy (`disttrain.decide.policies`) and stopping the ladder once the job's fate for this pass
 is decided:
 
+    managed elsewhere? -> (spec.managedBy) only its Workload, for MultiKueue: dispatch_steps
     finished?   -> clean up, delete after the TTL
     suspended?  -> delete the pods, phase Suspended
     otherwise   -> resume, then: deadline, success, fatal failure, restart, kubelet backoff, start
@@ -25,10 +26,10 @@ from disttrain.api.spec import GangProvider, ReplicaType, RestartScope
 from disttrain.api.status import FINISHED, Phase, set_condition, timestamp
 from disttrain.build import gang, mpi
 from disttrain.build.desired import job_pod, supporting_objects
-from disttrain.decide import elastic_steps, progress, queue_steps
+from disttrain.decide import dispatch_steps, elastic_steps, final_steps, queue_steps
 from disttrain.decide.passes import JobState, Pass
 from disttrain.decide.plan import Event, Plan
-from disttrain.decide.policies import cleanup, deadline, elastic, failure, startup, success, ttl, waiting
+from disttrain.decide.policies import cleanup, deadline, elastic, failure, startup, success, waiting
 from disttrain.decide.reasons import Reason
 
 # How often a gang whose group must be admitted first (Volcano) looks at it again.
@@ -39,6 +40,8 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
               ssh_keys: mpi.SSHKeys | None = None) -> Plan:
     """`ssh_keys`: for an MPI job, the key pair its Secret gets if the Secret must be made."""
     p = Pass(job, pods, now, ssh_keys)
+    if dispatch_steps.managed_elsewhere(p.spec):  # spec.managedBy: only its Workload here (MultiKueue)
+        return dispatch_steps.follow(p)
     if p.phase in FINISHED:
         p.plan.delete = cleanup.pods_to_clean(p.spec.run_policy.clean_pod_policy, p.live)
         p.release_group()
@@ -50,8 +53,8 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
          or fail_fatally(p) or restart_failed(p) or restart_below_min(p) or fail_kubelet_backoff(p) or start(p))
     queue_steps.report(p)
     elastic_steps.report(p)
-    report_progress(p)
-    delete_after_ttl(p)
+    final_steps.report_progress(p)
+    final_steps.delete_after_ttl(p)
     return p.summarize()
 
 
@@ -277,24 +280,3 @@ def running_workers(p: Pass) -> list[int]:
     if elastic.settings(p.spec) is not None:
         return [pod.index for pod in elastic.discovered(p.live, p.wanted_workers)]
     return sorted(pod.index for pod in p.live if pod.replica_type == ReplicaType.WORKER and pod.phase == "Running")
-
-
-def report_progress(p: Pass) -> None:
-    """What the job's pods reported of their training (decide/progress.py)."""
-    found, recheck = progress.progress_status(p.job.progress, p.job.status.get("progress"), p.phase, p.now)
-    if found is not None:
-        p.plan.status["progress"] = found
-    if recheck is not None:
-        p.plan.requeue_within(recheck)
-
-
-def delete_after_ttl(p: Pass) -> None:
-    if Phase(p.plan.status.get("phase") or Phase.PENDING) not in FINISHED:
-        return
-    remaining = ttl.ttl_remaining(p.spec.run_policy, p.plan.status.get("completionTime"), p.now)
-    if remaining is None:
-        return
-    if remaining <= 0:
-        p.plan.delete_job = True
-    else:
-        p.plan.requeue_within(remaining)

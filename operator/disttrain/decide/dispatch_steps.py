@@ -1,0 +1,58 @@
+"""A job whose `spec.managedBy` names another controller: this operator makes no pod for it.
+
+`kueue.x-k8s.io/multikueue` is the one such value it still has a part in. On the manager cluster
+it is Kueue's job integration for the job, as Kueue's own integrations are for theirs (facts of
+Kueue v0.19.2, pkg/controller/admissionchecks/multikueue):
+- the job's Workload is made here, queued, suspended and resumed as for any queued job; MultiKueue
+  copies it to the worker clusters, and where one admits it creates the job there (without
+  managedBy, annotated with that Workload's name: queue_steps adopts it there);
+- from then on the status is the worker's: Kueue copies it whole onto this job (the generic
+  adapter's syncStatus), and it finishes this Workload when the worker's finishes. So the
+  operator writes the status only while the job waits here (queued, evicted when its worker is
+  lost, suspended), and never the counts a pass derives from pods it has none of;
+- deleting the job deletes its Workload (owner reference), and MultiKueue then deletes the copy.
+
+Any other value: the job is that controller's, and not a field of it is written here.
+"""
+
+from __future__ import annotations
+
+from disttrain.api.constants import MANAGED_BY_DISTTRAIN, MANAGED_BY_MULTIKUEUE
+from disttrain.api.spec import JobSpec
+from disttrain.api.status import FINISHED, Phase
+from disttrain.decide import final_steps, queue_steps
+from disttrain.decide.passes import Pass
+from disttrain.decide.plan import Plan
+from disttrain.decide.queueing import QUEUE_LABEL
+from disttrain.decide.reasons import Reason
+
+
+def managed_elsewhere(spec: JobSpec) -> bool:
+    return spec.managed_by not in (None, MANAGED_BY_DISTTRAIN)
+
+
+def follow(p: Pass) -> Plan:
+    # What the worker's operator wrote, as Kueue copied it: none of the counts Pass derives here.
+    p.plan.status = dict(p.job.status)
+    if p.spec.managed_by == MANAGED_BY_MULTIKUEUE and p.phase not in FINISHED:
+        take_part(p)
+    final_steps.delete_after_ttl(p)  # on the copied verdict: MultiKueue then deletes the worker's copy
+    return p.plan
+
+
+def take_part(p: Pass) -> None:
+    if p.job.queue is None:
+        p.finish(Phase.FAILED, Reason.INVALID_SPEC, (
+            f"spec.managedBy: {MANAGED_BY_MULTIKUEUE} dispatches a queued job's Workload, and this job has no "
+            f"{QUEUE_LABEL} label: it would never run anywhere"))
+        return
+    if p.spec.run_policy.suspend:
+        queue_steps.pause(p, active=False)  # MultiKueue deletes the worker's copy once it is evicted
+        if p.phase is not Phase.SUSPENDED:
+            p.move(Phase.SUSPENDED, Reason.JOB_SUSPENDED,
+                   "runPolicy.suspend is true: its Workload is deactivated and the worker cluster's copy deleted")
+        return
+    if p.phase is Phase.SUSPENDED:
+        p.move(Phase.QUEUED, Reason.JOB_RESUMED, "runPolicy.suspend is false again: queued to be dispatched afresh")
+    queue_steps.pause(p, active=True)
+    queue_steps.hold_in_queue(p)  # admitted: says where it was dispatched, once; the worker's status follows
