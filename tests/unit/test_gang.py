@@ -22,6 +22,8 @@ from manifests import mpi_job, replica, tf_job
 REF = JobRef("mnist", "ml", "uid-1")
 NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
 ALL = frozenset(GangProvider) - {GangProvider.AUTO}
+# What a 1.36 cluster with every gang scheduler serves (a 1.37 one: scheduling.k8s.io/v1beta1 instead).
+SERVED_136 = frozenset({"scheduling.k8s.io/v1alpha2", "scheduling.x-k8s.io/v1alpha1", "scheduling.volcano.sh/v1beta1"})
 
 
 def with_gang(job: dict[str, Any], **settings: Any) -> dict[str, Any]:
@@ -36,7 +38,8 @@ def six_gpu_workers(**settings: Any) -> JobSpec:
 def test_kubernetes_group_is_a_workload_then_a_podgroup_naming_it() -> None:
     spec = six_gpu_workers()
     assert spec.run_policy.scheduling.gang is not None
-    workload, group = gang.objects(REF, spec, spec.run_policy.scheduling.gang, GangProvider.KUBERNETES)
+    workload, group = gang.objects(REF, spec, spec.run_policy.scheduling.gang, GangProvider.KUBERNETES,
+                                   "scheduling.k8s.io/v1alpha2")
     assert (workload["kind"], group["kind"]) == ("Workload", "PodGroup")
     assert workload["apiVersion"] == group["apiVersion"] == "scheduling.k8s.io/v1alpha2"
     assert workload["spec"]["podGroupTemplates"] == [{"name": "gang", "schedulingPolicy": {"gang": {"minCount": 6}}}]
@@ -47,6 +50,33 @@ def test_kubernetes_group_is_a_workload_then_a_podgroup_naming_it() -> None:
     pod = job_pod(REF, spec, PodKey("worker", 3), GangProvider.KUBERNETES)
     assert pod["spec"]["schedulingGroup"] == {"podGroupName": "mnist"}
     assert pod["spec"]["schedulerName"] == "default-scheduler"
+
+
+def test_kubernetes_137_names_its_workload_in_workload_ref_and_carries_the_pods_priority() -> None:
+    job = with_gang(tf_job("mnist", None, worker=replica(6, gpus=1, cpu="2")))
+    job["spec"]["runPolicy"]["scheduling"]["priorityClassName"] = "high"
+    spec = parse_spec(job["spec"])
+    assert spec.run_policy.scheduling.gang is not None
+    workload, group = gang.objects(REF, spec, spec.run_policy.scheduling.gang, GangProvider.KUBERNETES,
+                                   "scheduling.k8s.io/v1beta1")
+    assert workload["apiVersion"] == group["apiVersion"] == "scheduling.k8s.io/v1beta1"
+    assert workload["spec"]["podGroupTemplates"] == [{"name": "gang", "schedulingPolicy": {"gang": {"minCount": 6}}}]
+    assert group["spec"] == {"workloadRef": {"workloadName": "mnist", "templateName": "gang"},
+                             "schedulingPolicy": {"gang": {"minCount": 6}}, "priorityClassName": "high"}
+    pod = job_pod(REF, spec, PodKey("worker", 3), GangProvider.KUBERNETES)
+    assert pod["spec"]["schedulingGroup"] == {"podGroupName": "mnist"}, "the pod's field is the same in 1.37"
+
+
+@pytest.mark.parametrize(("served", "api"), [
+    ({"scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3"}, "scheduling.k8s.io/v1beta1"),
+    (SERVED_136, "scheduling.k8s.io/v1alpha2"),
+])
+def test_the_newest_kubernetes_api_served_is_chosen(served: set[str], api: str) -> None:
+    assert gang.providers(served) >= {GangProvider.KUBERNETES}
+    assert gang.api_version(GangProvider.KUBERNETES, served) == api
+    plan = reconcile(state(six_gpu_workers(), served=frozenset(served)), [], NOW)
+    assert plan.status["gang"]["apiVersion"] == api
+    assert {o["apiVersion"] for o in plan.create if o["kind"] in ("Workload", "PodGroup")} == {api}
 
 
 def test_scheduler_plugins_group_has_size_resources_and_timeout() -> None:
@@ -122,14 +152,15 @@ def pod(name: str, index: int, phase: str = "Pending", scheduled: bool = False,
                        reason=None, container_restarts=0, scheduled=scheduled, unschedulable=unschedulable)
 
 
-def state(spec: JobSpec, status: dict[str, Any] | None = None, served: frozenset[GangProvider] = ALL,
+def state(spec: JobSpec, status: dict[str, Any] | None = None, served: frozenset[str] = SERVED_136,
           group: GroupStatus | None = None) -> JobState:
     return JobState(REF, 1, spec, status or {}, served, group)
 
 
 def test_the_provider_is_chosen_once_and_said() -> None:
     plan = reconcile(state(six_gpu_workers()), [], NOW)
-    assert plan.status["gang"] == {"provider": "Kubernetes", "podGroup": "mnist", "minAvailable": 6}
+    assert plan.status["gang"] == {"provider": "Kubernetes", "apiVersion": "scheduling.k8s.io/v1alpha2",
+                                   "podGroup": "mnist", "minAvailable": 6}
     assert [e.reason for e in plan.events] == ["GangScheduling"]
     assert [o["kind"] for o in plan.create] == ["Service", "Workload", "PodGroup"] + ["Pod"] * 6
     again = reconcile(state(six_gpu_workers(), plan.status, served=frozenset()), [], NOW)

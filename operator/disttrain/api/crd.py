@@ -181,6 +181,8 @@ def gang_status_schema() -> Schema:
                        "it stays for the job's life.",
         "properties": {
             "provider": string_field("Kubernetes, SchedulerPlugins or Volcano."),
+            "apiVersion": string_field("The provider's API version the cluster served when it was chosen (Kubernetes: "
+                                       "scheduling.k8s.io/v1beta1 from 1.37, v1alpha2 in 1.36)."),
             "podGroup": string_field("Name of the PodGroup (and, for Kubernetes, the Workload)."),
             "minAvailable": int_field("Pods scheduled together."),
         },

@@ -2,8 +2,10 @@
 can't each hold part of the GPUs and wait for the rest forever.
 
 Three providers, each an API a scheduler acts on (docs/api.md, "Gang scheduling"):
-- Kubernetes: scheduling.k8s.io/v1alpha2 Workload and PodGroup (KEP-4671; kube-scheduler's
-  GangScheduling plugin, alpha in 1.36); pods point at the group with spec.schedulingGroup;
+- Kubernetes: scheduling.k8s.io Workload and PodGroup (KEP-4671; kube-scheduler's gang plugin):
+  v1alpha2 in 1.36 (the GangScheduling gate), v1beta1 in 1.37 (v1alpha2 removed; GenericWorkload,
+  beta but off by default, turns it on); pods point at the group with spec.schedulingGroup, the
+  same in both. The version the cluster serves is chosen with the provider, kept in the status;
 - SchedulerPlugins: scheduling.x-k8s.io/v1alpha1 PodGroup (scheduler-plugins' Coscheduling); pods
   carry the label scheduling.x-k8s.io/pod-group and that scheduler's name;
 - Volcano: scheduling.volcano.sh/v1beta1 PodGroup; pods carry the annotation
@@ -32,9 +34,14 @@ from disttrain.build.resources import pod_requests
 
 SP_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
-# What each provider's objects are: apiVersion, kind (the Workload only for Kubernetes).
+# Kubernetes' own, newest first. 1.37's PodGroup names its Workload in spec.workloadRef (1.36's in
+# spec.podGroupTemplateRef.workload), and its scheduler refuses a group whose pods' priority isn't
+# the PodGroup's own (k8s.io/api v0.37.2 scheduling/v1beta1; scheduler schedule_one_podgroup.go).
+KUBERNETES_APIS = ("scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha2")
+V1ALPHA2 = KUBERNETES_APIS[1]
+# What each provider's objects are: apiVersion (the newest), kind (the Workload only for Kubernetes).
 API = {
-    GangProvider.KUBERNETES: "scheduling.k8s.io/v1alpha2",
+    GangProvider.KUBERNETES: KUBERNETES_APIS[0],
     GangProvider.SCHEDULER_PLUGINS: "scheduling.x-k8s.io/v1alpha1",
     GangProvider.VOLCANO: "scheduling.volcano.sh/v1beta1",
 }
@@ -117,20 +124,29 @@ def pod_scheduler(spec: JobSpec, provider: GangProvider) -> str:
             GangProvider.VOLCANO: defaults.VOLCANO_SCHEDULER}.get(provider, "default-scheduler")
 
 
-def objects(job: JobRef, spec: JobSpec, gang: Gang, provider: GangProvider) -> list[dict[str, Any]]:
-    """The group, made before any pod (for Kubernetes the Workload first: a PodGroup naming a
-    Workload that doesn't exist is refused)."""
+def apis(provider: GangProvider) -> tuple[str, ...]:
+    return KUBERNETES_APIS if provider is GangProvider.KUBERNETES else (API[provider],)
+
+
+def providers(served: Collection[str]) -> frozenset[GangProvider]:
+    """The providers whose API (any version of it) is among the `served` group/versions."""
+    return frozenset(p for p in API if any(api in served for api in apis(p)))
+
+
+def api_version(provider: GangProvider, served: Collection[str]) -> str:
+    """The newest version of the provider's API the cluster serves."""
+    return next((api for api in apis(provider) if api in served), API[provider])
+
+
+def objects(job: JobRef, spec: JobSpec, gang: Gang, provider: GangProvider,
+            api: str | None = None) -> list[dict[str, Any]]:
+    """The group, made before any pod (for Kubernetes the Workload first: 1.36 refuses a PodGroup
+    naming a Workload that doesn't exist). `api`: the version chosen (status.gang.apiVersion)."""
     name, count = group_name(job.name), min_available(spec, gang)
     meta = object_meta(job, name, job_labels(job.name))
-    api = API[provider]
+    api = api or API[provider]
     if provider is GangProvider.KUBERNETES:
-        workload = {"apiVersion": api, "kind": "Workload", "metadata": meta, "spec": {
-            "controllerRef": {"apiGroup": GROUP, "kind": KIND, "name": job.name},
-            "podGroupTemplates": [{"name": TEMPLATE, "schedulingPolicy": {"gang": {"minCount": count}}}]}}
-        group = {"apiVersion": api, "kind": "PodGroup", "metadata": dict(meta), "spec": {
-            "podGroupTemplateRef": {"workload": {"workloadName": name, "podGroupTemplateName": TEMPLATE}},
-            "schedulingPolicy": {"gang": {"minCount": count}}}}
-        return [workload, group]
+        return kubernetes_objects(job, spec, meta, count, api)
     group_spec: dict[str, Any] = {"minMember": count, "minResources": min_resources(spec, gang)}
     if provider is GangProvider.SCHEDULER_PLUGINS and gang.timeout_seconds:
         group_spec["scheduleTimeoutSeconds"] = gang.timeout_seconds
@@ -141,6 +157,22 @@ def objects(job: JobRef, spec: JobSpec, gang: Gang, provider: GangProvider) -> l
         if scheduling.priority_class_name:
             group_spec["priorityClassName"] = scheduling.priority_class_name
     return [{"apiVersion": api, "kind": "PodGroup", "metadata": meta, "spec": group_spec}]
+
+
+def kubernetes_objects(job: JobRef, spec: JobSpec, meta: dict[str, Any], count: int, api: str) -> list[dict[str, Any]]:
+    """Kubernetes' Workload with one gang template, and the PodGroup made from it."""
+    name = meta["name"]
+    workload = {"apiVersion": api, "kind": "Workload", "metadata": meta, "spec": {
+        "controllerRef": {"apiGroup": GROUP, "kind": KIND, "name": job.name},
+        "podGroupTemplates": [{"name": TEMPLATE, "schedulingPolicy": {"gang": {"minCount": count}}}]}}
+    group_spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": count}}}
+    if api == V1ALPHA2:
+        group_spec["podGroupTemplateRef"] = {"workload": {"workloadName": name, "podGroupTemplateName": TEMPLATE}}
+    else:
+        group_spec["workloadRef"] = {"workloadName": name, "templateName": TEMPLATE}
+        if spec.run_policy.scheduling.priority_class_name:  # the pods' priority, or the scheduler refuses them
+            group_spec["priorityClassName"] = spec.run_policy.scheduling.priority_class_name
+    return [workload, {"apiVersion": api, "kind": "PodGroup", "metadata": dict(meta), "spec": group_spec}]
 
 
 def pod_fields(job: JobRef, spec: JobSpec, provider: GangProvider, pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,9 +31,10 @@ def pod_fields(job: JobRef, spec: JobSpec, provider: GangProvider | None, pod: M
     return out
 
 
-def objects(job: JobRef, spec: JobSpec, provider: GangProvider | None) -> list[dict[str, Any]]:
-    """What scheduling needs to exist before the pods: the gang's group, if any."""
+def objects(job: JobRef, spec: JobSpec, provider: GangProvider | None, api: str | None = None) -> list[dict[str, Any]]:
+    """What scheduling needs to exist before the pods: the gang's group, if any (`api`: the
+    version of the provider's API chosen with it)."""
     settings = spec.run_policy.scheduling.gang
     if settings is None or provider is None:
         return []
-    return gang.objects(job, spec, settings, provider)
+    return gang.objects(job, spec, settings, provider, api)

@@ -39,7 +39,7 @@ class Groups:
     def __init__(self, kube: GroupAPI, clock: Clock) -> None:
         self.kube, self.clock = kube, clock
         self.released: set[tuple[str, str, str]] = set()  # (job uid, kind, name) deleted
-        self._served: tuple[float, frozenset[GangProvider]] | None = None  # (when read, providers served)
+        self._served: tuple[float, frozenset[str]] | None = None  # (when read, gang APIs served)
 
     def forget(self, uid: str) -> None:
         """The job is gone, or its group made again: it may be released (again)."""
@@ -65,11 +65,12 @@ class Groups:
                 return dataclasses.replace(job, group=volcano_status(found))
         return job
 
-    async def served(self) -> frozenset[GangProvider]:
+    async def served(self) -> frozenset[str]:
+        """The gang APIs (group/versions) the cluster serves, looked up again after a TTL."""
         now = self.clock.monotonic()
         if self._served is None or now - self._served[0] > GANG_API_TTL_SECONDS:
             versions = await self.kube.served_group_versions()
-            self._served = (now, frozenset(p for p, api in gang.API.items() if api in versions))
+            self._served = (now, frozenset(api for p in gang.API for api in gang.apis(p) if api in versions))
         return self._served[1]
 
     async def release(self, ref: JobRef, objects: list[dict[str, Any]]) -> bool:

@@ -14,7 +14,7 @@ from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import GangProvider, JobSpec, ReplicaType
 from disttrain.api.status import Phase, enter_phase, ready_column, replica_statuses, timestamp
-from disttrain.build import mpi, scheduling
+from disttrain.build import gang, mpi, scheduling
 from disttrain.build.gang import GroupStatus
 from disttrain.build.naming import pod_name
 from disttrain.build.pods import desired_pod_keys
@@ -35,8 +35,8 @@ class JobState:
     generation: int
     spec: JobSpec
     status: dict[str, Any]
-    # Gang providers whose API the cluster serves, and what was read of the job's group (Volcano).
-    gang_apis: frozenset[GangProvider] = frozenset()
+    # The gang APIs (group/versions) the cluster serves, and what was read of the job's group (Volcano).
+    gang_apis: frozenset[str] = frozenset()
     group: GroupStatus | None = None
     # A queued job's Kueue state (None: not queued).
     queue: QueueState | None = None
@@ -112,11 +112,21 @@ class Pass:
         chosen = (self.plan.status.get("gang") or {}).get("provider")
         return GangProvider(chosen) if chosen else None
 
+    @property
+    def gang_api(self) -> str | None:
+        """The version of the provider's API chosen with it (a job from before it was kept: v1alpha2,
+        the only Kubernetes version then)."""
+        chosen = self.plan.status.get("gang") or {}
+        if not chosen.get("provider"):
+            return None
+        return str(chosen.get("apiVersion") or (gang.V1ALPHA2 if chosen["provider"] == GangProvider.KUBERNETES
+                                                  else gang.API[GangProvider(chosen["provider"])]))
+
     def release_group(self) -> None:
         """A finished or suspended job's group goes (a leftover group holds its scheduler's quota:
         volcano#2633); a whole-job restart makes it afresh."""
         if self.provider is not None:
-            self.plan.delete_objects = scheduling.objects(self.job.ref, self.spec, self.provider)
+            self.plan.delete_objects = scheduling.objects(self.job.ref, self.spec, self.provider, self.gang_api)
 
     def summarize(self) -> Plan:
         """The counts every status carries. Restarts the kubelet made in pods we delete are kept,

@@ -84,21 +84,22 @@ def choose_gang_provider(p: Pass) -> bool:
     settings = p.spec.run_policy.scheduling.gang
     if settings is None or p.provider is not None:
         return False
-    provider = gang.choose(settings, p.job.gang_apis, p.spec.run_policy.scheduling.scheduler_name)
+    provider = gang.choose(settings, gang.providers(p.job.gang_apis), p.spec.run_policy.scheduling.scheduler_name)
     if provider is None:
         return p.finish(Phase.FAILED, Reason.GANG_UNAVAILABLE, (
             f"runPolicy.scheduling.gang.provider {settings.provider.value}: this cluster serves no "
             f"{'gang-scheduling API' if settings.provider is GangProvider.AUTO else 'API of that provider'} "
-            f"({', '.join(f'{a} PodGroup' for a in gang.API.values())})"))
+            f"({', '.join(f'{a} PodGroup' for p in gang.API for a in gang.apis(p))})"))
     conflict = gang.scheduler_conflict(p.spec, provider)
     if conflict is not None:
         return p.finish(Phase.FAILED, Reason.INVALID_SPEC, conflict)
     size = gang.min_available(p.spec, settings)
-    p.plan.status["gang"] = {"provider": provider.value, "podGroup": gang.group_name(p.job.ref.name),
+    api = gang.api_version(provider, p.job.gang_apis)
+    p.plan.status["gang"] = {"provider": provider.value, "apiVersion": api, "podGroup": gang.group_name(p.job.ref.name),
                              "minAvailable": size}
     how = "chosen by Auto from the APIs this cluster serves" if settings.provider is GangProvider.AUTO else "asked for"
     p.plan.events.append(Event("Normal", Reason.GANG_SCHEDULING, (
-        f"{size} pods are scheduled together by {provider.value} ({gang.API[provider]} PodGroup "
+        f"{size} pods are scheduled together by {provider.value} ({api} PodGroup "
         f"{gang.group_name(p.job.ref.name)}; {how})")))
     return False
 
@@ -244,7 +245,8 @@ def create_missing(p: Pass) -> None:
                  if name not in present and startup.may_start(p.spec, key, p.live, p.wanted_workers)]
     if not to_create:
         return
-    p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider))
+    p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider,
+                                            p.gang_api))
     # A running job's group was admitted (its phase isn't read again then: control/groups.py); an
     # elastic job's worker added or replaced while it runs joins it.
     if p.provider is not None and p.phase is not Phase.RUNNING and not gang.admitted(p.provider, p.job.group):
