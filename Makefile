@@ -19,7 +19,7 @@ CLUSTER_DIR := .cache/cluster
 PYTEST_ARGS ?=
 , := ,
 
-.PHONY: all help test lint unit integration e2e chaos venv tf-venv mpi-e2e binaries node images cluster-up cluster-down \
+.PHONY: all help test test-matrix lint unit integration e2e chaos venv tf-venv mpi-e2e binaries node images cluster-up cluster-down \
         crd demo bench clean
 
 all: test
@@ -82,6 +82,12 @@ e2e: venv binaries node images ## the examples from kubectl apply to Succeeded o
 # cluster (KWOK nodes and a real one).
 test: lint binaries tf-venv mpi-e2e node images ## what CI runs: lint, then every test
 	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests $(PYTEST_ARGS)
+
+# The integration suite on each supported Kubernetes minor (hack/versions.env); the versions besides
+# the default add their control plane's build (~25 minutes each on 2 cores, cached).
+KUBE_VERSIONS ?=
+test-matrix: venv binaries tf-venv mpi-e2e ## tests/integration on each supported Kubernetes version (KUBE_VERSIONS=...)
+	KUBE_VERSIONS="$(KUBE_VERSIONS)" hack/test-matrix.sh
 
 # Scenarios whose purpose is to break the operator (tests/chaos): the quick ones run in `make test`
 # too; DISTTRAIN_CHAOS=full adds the long ones (operator SIGKILLs, API server and etcd outages).

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import ipaddress
 import json
 import os
@@ -47,8 +48,11 @@ FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 FAKE_NODE_PREFIX = "kwok-gpu-node-"
 FAKE_NODE_VALUE = "fake"  # the annotation's value on the nodes the plane's KWOK manages
 # Kubernetes' own gang scheduling, on in the API server and the scheduler (its plugin joins the
-# default profile once the gate is on); the controller-manager needs GenericWorkload alone.
-GANG_GATES = "GenericWorkload=true,GangScheduling=true"
+# default profile once the gate is on); the controller-manager needs GenericWorkload alone. 1.36:
+# the GangScheduling gate and scheduling.k8s.io/v1alpha2; 1.37 removed both (an unknown gate or
+# group/version stops a component at start-up): GenericWorkload alone, and v1beta1, off by default.
+GANG_GATES = {36: "GenericWorkload=true,GangScheduling=true", 37: "GenericWorkload=true"}
+GANG_API = {36: "scheduling.k8s.io/v1alpha2", 37: "scheduling.k8s.io/v1beta1"}
 DEAD_LOG_LINES = 15  # of a component that died while the cluster started, in the error
 
 
@@ -64,6 +68,27 @@ def tf_configs_on_loopback(configs: dict[str, dict[str, Any]]) -> dict[str, dict
     loopback = {a: f"127.0.0.1:{free_port()}" for a in addresses}
     return {name: {**config, "cluster": {t: [loopback[a] for a in hosts] for t, hosts in config["cluster"].items()}}
             for name, config in configs.items()}
+
+
+@functools.cache
+def kube_version() -> str:
+    """The version of the plane's binaries (BIN_DIR: the default build, or a version's own folder
+    from hack/build-kube-version.sh), as "v1.37.2"."""
+    out = subprocess.run([str(BIN_DIR / "kube-apiserver"), "--version"], capture_output=True, text=True,
+                         check=True).stdout  # "Kubernetes v1.37.2"
+    return out.split()[-1]
+
+
+def kube_minor() -> int:
+    return int(kube_version().split(".")[1])
+
+
+def gang_gates() -> str:
+    return GANG_GATES[min(max(kube_minor(), min(GANG_GATES)), max(GANG_GATES))]
+
+
+def gang_api() -> str:
+    return GANG_API[min(max(kube_minor(), min(GANG_API)), max(GANG_API))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,7 +276,7 @@ class LocalCluster:
             "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
             # Kubernetes' own gang scheduling (KEP-4671, alpha): the Workload and PodGroup API and
             # the pods' spec.schedulingGroup.
-            f"--feature-gates={GANG_GATES}", "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+            f"--feature-gates={gang_gates()}", f"--runtime-config={gang_api()}=true",
             "--profiling=false",
             # The `kubernetes` Service's endpoint: pods on the real node reach the API server
             # through it (kube-proxy); a loopback address can't be an endpoint.
@@ -319,7 +344,7 @@ class LocalCluster:
             "leaderElection": {"leaderElect": False},
         }))
         self._spawn("kube-scheduler", [f"--config={scheduler_config}", "--secure-port=0",
-                                       f"--feature-gates={GANG_GATES}", "--v=1"])
+                                       f"--feature-gates={gang_gates()}", "--v=1"])
 
     def _start_kwok(self) -> None:
         # The fake nodes' pod deletes: ours, with the pod's UID as precondition (hack/podreaper.py).

@@ -158,10 +158,12 @@ def _run(args: argparse.Namespace) -> int:
     from disttrain.runtime.preflight import check_kubernetes_version
 
     # Before the Lease and the handlers: on too old a cluster, one clear line and exit 1.
-    problem = asyncio.run(check_kubernetes_version(login))
+    problem, note = asyncio.run(check_kubernetes_version(login))
     if problem:
         logging.getLogger("disttrain").error(problem)
         return 1
+    if note:
+        logging.getLogger("disttrain").warning(note)
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port)
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(3)}"

@@ -147,7 +147,10 @@ def test_mpi_workers_gang_and_the_launcher_follows(cluster: Cluster, namespace: 
 
 
 def group_uid(cluster: Cluster, ns: str, name: str) -> str | None:
-    groups = cluster.custom.list_namespaced_custom_object("scheduling.k8s.io", "v1alpha2", ns, "podgroups")["items"]
+    from localcluster import gang_api
+
+    group, version = gang_api().split("/")  # the plane's Kubernetes minor serves one (v1alpha2, v1beta1)
+    groups = cluster.custom.list_namespaced_custom_object(group, version, ns, "podgroups")["items"]
     return next((g["metadata"]["uid"] for g in groups if g["metadata"]["name"] == name
                  and not g["metadata"].get("deletionTimestamp")), None)
 

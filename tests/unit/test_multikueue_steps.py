@@ -69,7 +69,15 @@ def test_dispatch_is_said_once_then_the_workers_status_is_left_as_kueue_copied_i
     assert not plan.create and not plan.workload
     again = manager(WORKERS, wl)
     assert again.status == WORKERS, "no count of the manager's (it has no pod) over the worker's"
-    assert not again.workload and not again.events, "PodsReady and Finished are the worker's to report"
+    assert not again.events
+    # PodsReady off the copied counts, as Kueue's integrations do on a manager (waitForPodsReady).
+    assert [(op.verb, op.body["type"], op.body["status"]) for op in again.workload] == [
+        ("condition", "PodsReady", "True")]
+    lost_one = {**WORKERS, "replicaStatuses": {"worker": {"active": 2, "ready": 1}}}
+    ready = dataclasses.replace(wl, conditions={**wl.conditions, "PodsReady": {"type": "PodsReady", "status": "True",
+                                                                               "reason": "Started"}})
+    assert [(op.body["status"], op.body["reason"]) for op in manager(lost_one, ready).workload] == [
+        ("False", "WaitForRecovery")]
 
 
 def test_a_finished_copy_is_left_alone() -> None:
@@ -82,9 +90,11 @@ def test_a_finished_copy_is_left_alone() -> None:
 def test_a_lost_worker_evicts_the_workload_and_the_job_waits_for_another() -> None:
     wl = workload(("QuotaReserved", True, ""), ("Admitted", False, ""),
                   ("Evicted", True, 'Workload evicted on worker cluster: "worker-1", resetting for re-admission'))
+    wl = dataclasses.replace(wl, cluster_name="worker-1")
     plan = manager(WORKERS, wl)
     assert plan.status["phase"] == "Queued" and plan.status["reason"] == "Evicted"
-    assert "worker-1" in plan.status["message"]
+    assert "from worker cluster worker-1" in plan.status["message"]
+    assert plan.status["ready"] == "0/2", "the lost worker's counts are not kept"
     assert [op.verb for op in plan.workload] == ["release"], "no pod here: the quota goes back at once"
 
 

@@ -3,7 +3,7 @@ operator is what says a cluster is too old)."""
 
 from __future__ import annotations
 
-from disttrain.runtime.preflight import server_version, version_problem
+from disttrain.runtime.preflight import server_version, version_note, version_problem
 
 
 def test_reads_plain_and_managed_cluster_versions() -> None:
@@ -22,3 +22,13 @@ def test_supported_and_unreadable_versions_pass() -> None:
     assert version_problem({"major": "1", "minor": "30", "gitVersion": "v1.30.0"}) is None
     assert version_problem({"major": "2", "minor": "0", "gitVersion": "v2.0.0"}) is None
     assert version_problem({}) is None
+
+
+def test_a_supported_version_outside_the_tested_ones_is_noted_not_refused() -> None:
+    assert version_note({"major": "1", "minor": "36", "gitVersion": "v1.36.3"}) is None
+    assert version_note({"major": "1", "minor": "37", "gitVersion": "v1.37.2"}) is None
+    older = version_note({"major": "1", "minor": "32", "gitVersion": "v1.32.9"})
+    assert older is not None and "v1.32.9" in older and "tested on 1.36, 1.37" in older and "gang" in older
+    newer = version_note({"major": "1", "minor": "38", "gitVersion": "v1.38.0"})
+    assert newer is not None and "v1.38.0" in newer and "gang" not in newer
+    assert version_problem({"major": "1", "minor": "38", "gitVersion": "v1.38.0"}) is None

@@ -9,7 +9,8 @@ Kueue v0.19.2, pkg/controller/admissionchecks/multikueue):
 - from then on the status is the worker's: Kueue copies it whole onto this job (the generic
   adapter's syncStatus), and it finishes this Workload when the worker's finishes. So the
   operator writes the status only while the job waits here (queued, evicted when its worker is
-  lost, suspended), and never the counts a pass derives from pods it has none of;
+  lost, suspended), and never the counts a pass derives from pods it has none of; the Workload's
+  PodsReady follows the copied counts;
 - deleting the job deletes its Workload (owner reference), and MultiKueue then deletes the copy.
 
 Any other value: the job is that controller's, and not a field of it is written here.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from disttrain.api.constants import MANAGED_BY_DISTTRAIN, MANAGED_BY_MULTIKUEUE
 from disttrain.api.spec import JobSpec
-from disttrain.api.status import FINISHED, Phase
+from disttrain.api.status import FINISHED, Phase, ready_column, replica_statuses
 from disttrain.decide import final_steps, queue_steps
 from disttrain.decide.passes import Pass
 from disttrain.decide.plan import Plan
@@ -55,4 +56,15 @@ def take_part(p: Pass) -> None:
     if p.phase is Phase.SUSPENDED:
         p.move(Phase.QUEUED, Reason.JOB_RESUMED, "runPolicy.suspend is false again: queued to be dispatched afresh")
     queue_steps.pause(p, active=True)
-    queue_steps.hold_in_queue(p)  # admitted: says where it was dispatched, once; the worker's status follows
+    if queue_steps.hold_in_queue(p):
+        if p.phase is Phase.QUEUED and p.job.status.get("phase") != Phase.QUEUED:
+            # Evicted (its worker lost): the copied counts were that worker's pods, gone with it.
+            emptied = replica_statuses(p.spec, [])
+            p.plan.status.update(replicaStatuses=emptied, ready=ready_column(p.spec, emptied))
+    elif p.workload is not None:
+        # Admitted (said once, with the worker cluster); the worker's status follows. PodsReady is
+        # read off that copy, as Kueue's own integrations read it off theirs on a manager: without
+        # it, a manager running waitForPodsReady evicts every dispatched job at its timeout.
+        counts = (p.job.status.get("replicaStatuses") or {}).values()
+        ready = sum(int(c.get("ready") or 0) + int(c.get("succeeded") or 0) for c in counts)
+        queue_steps.report_pods_ready(p, p.workload, ready >= p.spec.total_pods)

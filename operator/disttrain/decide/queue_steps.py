@@ -109,8 +109,10 @@ def queued(p: Pass, detail: str) -> bool:
 
 def evicted(p: Pass, workload: ObservedWorkload) -> bool:
     cond = workload.conditions.get("Evicted") or {}
-    message = (f"Kueue evicted Workload {workload.name} ({cond.get('reason', 'Evicted')}: {cond.get('message', '')}); "
-               f"its pods are deleted and it starts afresh once admitted again (no restart counted)")
+    where = f" from worker cluster {workload.cluster_name}" if workload.cluster_name else ""
+    message = (f"Kueue evicted Workload {workload.name}{where} ({cond.get('reason', 'Evicted')}: "
+               f"{cond.get('message', '')}); its pods are deleted and it starts afresh once admitted again (no "
+               f"restart counted)")
     p.plan.delete = list(p.live)
     p.release_group()
     hand_back(p, workload)
@@ -156,10 +158,14 @@ def report(p: Pass) -> None:
                 "Finished", True, reason, str(p.plan.status.get("message") or reason), now)))
         return
     ready = {pod.name for pod in p.live if pod.ready or pod.phase == "Succeeded"}
-    wanted = queueing.pods_ready_condition(workload, all(name in ready for name in p.wanted))
+    report_pods_ready(p, workload, all(name in ready for name in p.wanted))
+
+
+def report_pods_ready(p: Pass, workload: ObservedWorkload, all_ready: bool) -> None:
+    wanted = queueing.pods_ready_condition(workload, all_ready)
     if wanted is not None:
         p.plan.workload.append(WorkloadOp("condition", workload.name, queueing.condition(
-            "PodsReady", wanted[0] == "True", wanted[1], wanted[2], now)))
+            "PodsReady", wanted[0] == "True", wanted[1], wanted[2], timestamp(p.now))))
 
 
 def pause(p: Pass, active: bool) -> None:

@@ -17,6 +17,9 @@ from disttrain.api.constants import GROUP, PLURAL, VERSION
 from disttrain.apiserver.rest import ApiError, Endpoint, Rest
 
 MINIMUM = (1, 30)
+# The minors `make test` (1.36) and `make test-matrix` (1.37) run the integration suite on; outside
+# them the operator starts, and says so once (README, "Kubernetes versions").
+TESTED = ((1, 36), (1, 37))
 
 
 def server_version(info: Mapping[str, str]) -> tuple[int, int] | None:
@@ -39,11 +42,23 @@ def version_problem(info: Mapping[str, str]) -> str | None:
             f"server-side apply); this API server runs {info.get('gitVersion') or '.'.join(map(str, version))}")
 
 
-async def check_kubernetes_version(login: Callable[[], Endpoint]) -> str | None:
-    """Ask the API server its version: the problem, if it is too old."""
+def version_note(info: Mapping[str, str]) -> str | None:
+    """A supported version this release was not tested on (a warning at start-up), or None."""
+    version = server_version(info)
+    if version is None or TESTED[0] <= version <= TESTED[-1]:
+        return None
+    tested = ", ".join(f"{major}.{minor}" for major, minor in TESTED)
+    return (f"this API server runs Kubernetes {info.get('gitVersion') or '.'.join(map(str, version))}; this "
+            f"release of disttrain was tested on {tested}"
+            + (" (Kubernetes' own gang scheduling, runPolicy.scheduling.gang provider Kubernetes, needs 1.36 or "
+               "later)" if version < TESTED[0] else ""))
+
+
+async def check_kubernetes_version(login: Callable[[], Endpoint]) -> tuple[str | None, str | None]:
+    """Ask the API server its version: (the problem, if it is too old; a note, if it is untested)."""
     async with Rest(login, max_connections=1) as rest:
         info = await rest.request("GET", "/version")
-    return version_problem(info)
+    return version_problem(info), version_note(info)
 
 
 async def wait_for_crd(log: Any, login: Callable[[], Endpoint], interval: float = 1.0) -> None:
