@@ -136,6 +136,23 @@ def _progress_settings(args: argparse.Namespace) -> Any:
                             hosts=(host, "localhost", "127.0.0.1"), status_seconds=args.progress_status_seconds)
 
 
+def _refused_by_version() -> bool:
+    """Before the Lease and the handlers: on too old a cluster, one clear line (and exit 1); on one
+    this release wasn't tested on, a warning naming its version."""
+    import asyncio
+    import logging
+
+    from disttrain.apiserver.credentials import login
+    from disttrain.runtime.preflight import check_kubernetes_version
+
+    problem, note = asyncio.run(check_kubernetes_version(login))
+    if problem:
+        logging.getLogger("disttrain").error(problem)
+    elif note:
+        logging.getLogger("disttrain").warning(note)
+    return problem is not None
+
+
 def _run(args: argparse.Namespace) -> int:
     import logging
     import secrets
@@ -155,15 +172,9 @@ def _run(args: argparse.Namespace) -> int:
     import asyncio
 
     from disttrain.apiserver.credentials import login
-    from disttrain.runtime.preflight import check_kubernetes_version
 
-    # Before the Lease and the handlers: on too old a cluster, one clear line and exit 1.
-    problem, note = asyncio.run(check_kubernetes_version(login))
-    if problem:
-        logging.getLogger("disttrain").error(problem)
+    if _refused_by_version():
         return 1
-    if note:
-        logging.getLogger("disttrain").warning(note)
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port)
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(3)}"
