@@ -247,6 +247,8 @@ def printer_columns() -> list[Schema]:
         {"name": "Completed", "type": "date", "jsonPath": ".status.completionTime", "priority": 1},
         {"name": "Metrics", "type": "string", "jsonPath": ".status.progress.metrics", "priority": 1,
          "description": "The latest reported training metrics."},
+        {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1,
+         "description": "What the reason is, in words: Kueue's, the scheduler's, the kubelet's, the operator's."},
     ]
 
 
