@@ -7,13 +7,22 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from disttrain.api.crd import crd, crd_yaml
 from support import CRD_FILE, ROOT, Cluster
 
 
 def test_committed_pod_template_schema_matches_the_api_server(cluster: Cluster) -> None:
+    """The schema is the default version's (hack/versions.env): on another plane (make test-matrix)
+    it is that version's PodTemplateSpec only where the two agree, and the test says so."""
+    from localcluster import BIN_DIR, kube_version
+
     result = subprocess.run([sys.executable, str(ROOT / "hack" / "gen_podtemplate_schema.py"), "--check",
                              "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, text=True)
+    if BIN_DIR != ROOT / ".cache" / "bin" and result.returncode != 0:
+        pytest.skip(f"the CRD embeds the default version's PodTemplateSpec; {kube_version()}'s differs (pod "
+                    f"fields new in it are pruned from templates): {result.stderr.strip()}")
     assert result.returncode == 0, result.stderr
 
 

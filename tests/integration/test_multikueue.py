@@ -243,7 +243,11 @@ def test_a_lost_worker_requeues_the_job_on_the_manager(cluster: Cluster, worker:
         print(f"\n[manager] after the worker was lost: {status['reason']}: {status['message']}")
         print(cluster.kubectl("get", "dtj", "-n", mk_ns).stdout)
         assert status["reason"] == "Evicted" and status["ready"] == "0/1", status
-        assert "AdmissionCheck" in status["message"] and "remote lost" in status["message"], status
+        # The eviction's words are its event's; the message then follows Kueue's while it waits (its
+        # ClusterQueue inactive while MultiKueue has no worker connected).
+        evicted = cluster.wait_event(mk_ns, "mk-lost", lambda e: e.reason == "Evicted", "the Evicted event")
+        print(f"[manager] event: {evicted.type} {evicted.reason}: {evicted.message}")
+        assert "AdmissionCheck" in evicted.message and "remote lost" in evicted.message, evicted.message
     finally:
         # The worker back (its API server ready), for the module's teardown. MultiKueue dispatches the
         # job to it again once the evicted Workload's requeue backoff (60 s) and its own reconnect

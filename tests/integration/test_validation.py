@@ -167,5 +167,5 @@ def test_printer_columns(crd: Cluster, namespace: str) -> None:
     crd.apply(yaml.safe_dump(ps_job("cols")), namespace)
     header = crd.kubectl("get", "disttrainjobs", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
     assert header == ["NAME", "PHASE", "READY", "RESTARTS", "PROGRESS%", "ETA", "REASON", "AGE", "FRAMEWORK",
-                      "WORKERS", "STARTED", "COMPLETED", "METRICS"]
+                      "WORKERS", "STARTED", "COMPLETED", "METRICS", "MESSAGE"]
     assert "cols" in crd.kubectl("get", "disttrain", "-n", namespace).stdout, "category disttrain"
