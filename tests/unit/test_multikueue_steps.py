@@ -159,3 +159,15 @@ def test_a_workload_is_read_with_its_checks_and_worker_cluster() -> None:
     assert seen.cluster_name == "worker-1" and seen.checks == {"multikueue": ("Ready", "ok")}
     assert queueing.prebuilt_workload({}, {"kueue.x-k8s.io/prebuilt-workload-name": "w"}) == "w"
     assert queueing.prebuilt_workload({"kueue.x-k8s.io/prebuilt-workload-name": "old"}, {}) == "old"
+
+
+def test_pods_left_without_their_prebuilt_workload_are_stopped() -> None:
+    from disttrain.api.observed import ObservedPod
+
+    running = [ObservedPod(name=f"mnist-worker-{i}", uid=f"u{i}", owner_uid="uid-1", replica_type="worker", index=i,
+                           phase="Running", ready=True, terminating=False, exit_code=None, reason=None,
+                           container_restarts=0, scheduled=True) for i in range(2)]
+    state = QueueState("gpus", None, prebuilt=queueing.workload_name(REF))
+    plan = reconcile(JobState(REF, 1, LOCAL, dict(WORKERS), queue=state), running, NOW)
+    assert sorted(p.name for p in plan.delete) == ["mnist-worker-0", "mnist-worker-1"]
+    assert plan.status["phase"] == "Queued" and not plan.workload

@@ -72,6 +72,9 @@ def adopted(p: Pass, name: str) -> bool:
     if found is not None and found.owner_uid == p.job.ref.uid:
         return True
     if found is None:
+        if any(pod.active for pod in p.live):  # gone from under running pods: stopped, as in hold_in_queue
+            p.plan.delete = list(p.live)
+            p.release_group()
         queued(p, f"waiting for Workload {name} ({queueing.PREBUILT_WORKLOAD}), which MultiKueue makes before the job")
     elif found.owner_uid:
         queued(p, f"Workload {name} ({queueing.PREBUILT_WORKLOAD}) is controlled by another object: it is not this "
