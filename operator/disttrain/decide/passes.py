@@ -114,13 +114,12 @@ class Pass:
 
     @property
     def gang_api(self) -> str | None:
-        """The version of the provider's API chosen with it (a job from before it was kept: v1alpha2,
-        the only Kubernetes version then)."""
+        """The version of the provider's API chosen with it. A Kubernetes gang from before it was kept
+        is v1alpha2, the only version then; other providers have one (None: gang.objects' default)."""
         chosen = self.plan.status.get("gang") or {}
-        if not chosen.get("provider"):
-            return None
-        return str(chosen.get("apiVersion") or (gang.V1ALPHA2 if chosen["provider"] == GangProvider.KUBERNETES
-                                                  else gang.API[GangProvider(chosen["provider"])]))
+        if chosen.get("apiVersion"):
+            return str(chosen["apiVersion"])
+        return gang.V1ALPHA2 if chosen.get("provider") == GangProvider.KUBERNETES else None
 
     def release_group(self) -> None:
         """A finished or suspended job's group goes (a leftover group holds its scheduler's quota:
