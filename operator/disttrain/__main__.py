@@ -88,6 +88,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      "certificate (made if absent)")
     run.add_argument("--progress-status-seconds", type=float, default=15.0,
                      help="write a job's reported progress to its status at most once in this many seconds")
+    run.add_argument("--progress-memory-mib", type=int, default=256,
+                     help="the progress endpoint's process's memory bound (it runs apart from the controller)")
     run.add_argument("--verbose", "-v", action="store_true")
 
 
@@ -133,7 +135,8 @@ def _progress_settings(args: argparse.Namespace) -> Any:
     namespace, _, name = args.progress_tls_secret.rpartition("/")
     host = urlsplit(url).hostname or "127.0.0.1"
     return ProgressSettings(port=args.progress_port, url=url, secret=(namespace or "default", name),
-                            hosts=(host, "localhost", "127.0.0.1"), status_seconds=args.progress_status_seconds)
+                            hosts=(host, "localhost", "127.0.0.1"), status_seconds=args.progress_status_seconds,
+                            memory_mib=args.progress_memory_mib)
 
 
 def _refused_by_version() -> bool:

@@ -115,3 +115,11 @@ def test_an_object_the_api_server_found_invalid_is_not_explained_away() -> None:
 
     err = ApiError(422, "Unprocessable Entity", INVALID_422)
     assert explain(err) is None and explain(KeyError("x")) is None
+
+
+def test_a_create_of_a_kind_the_server_does_not_serve_is_a_refusal_told_to_the_job() -> None:
+    """Issue 31: a create's 404 (1.37 serves no scheduling.k8s.io/v1alpha2) was classified NotFound,
+    which a pass takes for an object gone meanwhile: never told to the job, retried for ever. Now
+    a Refused, so the job's status and a Warning event say it and it is retried with backoff."""
+    with pytest.raises(Refused, match=r"^not found: v1 Pod \(404\): the server could not find the requested resource"):
+        create(404, status(404, "the server could not find the requested resource", "NotFound"))

@@ -174,3 +174,35 @@ def test_kueue_asks_for_the_workers_with_min_replicas_as_its_minimum_and_caps_at
     plan = step(elastic_job(3), running(2), RUNNING, queue=QueueState("q", workload))
     assert not created(plan), "a third worker is beyond what Kueue admitted"
     assert plan.status["elastic"]["wantedWorkers"] == 2
+
+
+def admitted_workload(workers: int, rv: str = "9") -> Any:
+    return observe_workload({
+        "metadata": {"name": "w", "uid": "wl", "resourceVersion": rv,
+                     "ownerReferences": [{"uid": "uid-1", "controller": True}]},
+        "spec": {"active": True, "queueName": "q", "podSets": [{"name": "launcher", "count": 1},
+                                                               {"name": "worker", "count": workers}]},
+        "status": {"conditions": [{"type": "Admitted", "status": "True"}, {"type": "QuotaReserved", "status": "True"}],
+                   "admission": {"clusterQueue": "cq", "podSetAssignments": [
+                       {"name": "launcher", "count": 1, "flavors": {}},
+                       {"name": "worker", "count": workers, "flavors": {}}]}},
+    })
+
+
+def test_an_admitted_job_scaled_down_gives_the_quota_of_its_leaving_workers_back() -> None:
+    """Issue 31: a scaled-down elastic job kept the quota of all the workers it was admitted with
+    until it ended. Once the leaving workers are gone, its Workload's worker count is lowered in
+    place (Kueue KEP-77: its webhook allows a smaller count on an admitted Workload), and the job
+    never grows past what it then holds."""
+    workload = admitted_workload(3)
+    while_leaving = step(elastic_job(1), running(3), RUNNING, queue=QueueState("q", workload))
+    assert not [op for op in while_leaving.workload if op.verb == "json-patch"], "not while worker-2 is still there"
+    gone = step(elastic_job(1), running(1), RUNNING, queue=QueueState("q", workload))
+    assert [(op.verb, op.body) for op in gone.workload if op.verb == "json-patch"] == [("json-patch", {"patch": [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "9"},
+        {"op": "test", "path": "/spec/podSets/1/name", "value": "worker"},
+        {"op": "replace", "path": "/spec/podSets/1/count", "value": 1}]})]
+    shrunk = dataclasses.replace(admitted_workload(3), podset_counts=(("launcher", 1), ("worker", 1)))
+    again = step(elastic_job(3), running(1), RUNNING, queue=QueueState("q", shrunk))
+    assert not created(again), "scaled up again: no worker past the quota it holds now"
+    assert not [op for op in again.workload if op.verb == "json-patch"]

@@ -216,3 +216,22 @@ def test_render_shows_the_group() -> None:
     spec = six_gpu_workers()
     kinds = [o["kind"] for o in supporting_objects(REF, spec, None, (), GangProvider.KUBERNETES)]
     assert kinds == ["Service", "Workload", "PodGroup"]
+
+
+def test_a_kubernetes_gang_chosen_on_136_is_made_as_v1beta1_once_the_cluster_serves_only_that() -> None:
+    """Issue 31: status.gang.apiVersion was read once and kept. After a 1.36 -> 1.37 upgrade a job
+    restarted, resumed or taken over made its group as v1alpha2, which 1.37 no longer serves."""
+    chosen = reconcile(state(six_gpu_workers()), [], NOW).status
+    assert chosen["gang"]["apiVersion"] == "scheduling.k8s.io/v1alpha2"
+    upgraded = frozenset({"scheduling.k8s.io/v1beta1"})
+    plan = reconcile(state(six_gpu_workers(), chosen, served=upgraded), [], NOW)
+    assert {o["apiVersion"] for o in plan.create if o["kind"] in ("Workload", "PodGroup")} == {
+        "scheduling.k8s.io/v1beta1"}
+    assert plan.status["gang"]["apiVersion"] == "scheduling.k8s.io/v1beta1"
+    assert [e.message for e in plan.events] == [
+        "the cluster serves scheduling.k8s.io/v1beta1, not scheduling.k8s.io/v1alpha2: PodGroup mnist is made as "
+        "scheduling.k8s.io/v1beta1"]
+    running = [pod("worker", i, "Running", scheduled=True) for i in range(6)]
+    done = reconcile(state(six_gpu_workers(), chosen, served=upgraded),
+                     [pod("worker", 0, "Succeeded", True), *running[1:]], NOW)
+    assert {o["apiVersion"] for o in done.delete_objects} == {"scheduling.k8s.io/v1beta1"}, "released as served"

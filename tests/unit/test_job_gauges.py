@@ -104,3 +104,23 @@ def test_a_held_job_costs_a_row_not_a_gauge_child_per_series() -> None:
     tracemalloc.stop()
     assert grown / len(jobs) < 600, f"{grown / len(jobs):.0f} bytes a job"
     assert sum(1 for metric in registry.collect() for _ in metric.samples) == 2000 * 5
+
+
+def test_a_reporter_sending_new_names_keeps_at_most_16_series_a_role() -> None:
+    """Issue 31: the 16-metric bound held per report only; 1,000 reports of 16 new names each grew
+    one job's series to 16,000 (and the operator's memory and /metrics with them)."""
+    from disttrain.api.progress import MAX_METRICS, Report
+
+    registry = CollectorRegistry()
+    gauges = JobGauges(registry)
+    gauges.observe("ADDED", body(mwms_job("m")))
+    for n in range(1000):
+        gauges.observe_report(("ns", "m"), "training", Report(metrics={f"m{n}_{i}": 1.0 for i in range(MAX_METRICS)}))
+    gauges.observe_report(("ns", "m"), "evaluation", Report(metrics={"acc": 0.5}))
+    gauges.observe_report(("ns", "m"), "training", Report(metrics={"m0_3": 7.0}))
+    metric = [s for m in registry.collect() for s in m.samples
+              if s.name == "disttrain_job_metric" and s.labels["job_name"] == "m"]
+    assert len([s for s in metric if s.labels["role"] == "training"]) == MAX_METRICS
+    assert {s.labels["metric"] for s in metric if s.labels["role"] == "evaluation"} == {"acc"}
+    assert {s.labels["metric"]: s.value for s in metric if s.labels["role"] == "training"}["m0_3"] == 7.0, \
+        "the kept names still move"

@@ -17,6 +17,7 @@ from disttrain.api.observed import ObservedPod
 from disttrain.api.progress import AUDIENCE, Role
 from disttrain.control.progress_book import ProgressBook
 from disttrain.watch import progress_server
+from disttrain.watch.progress_desk import ProgressDesk
 from disttrain.watch.progress_server import BURST, ProgressServer
 
 JOB_UID = "job-uid"
@@ -76,7 +77,7 @@ def run(scenario: Scenario, sleep: Callable[[float], Awaitable[object]] | None =
     (by default not at all: `held` records how long each would have been)."""
     async def main() -> None:
         book, reviewer = ProgressBook(), Reviewer()
-        server = ProgressServer(reviewer, Pods(), book, role_of, sleep=sleep or held_for)
+        server = ProgressServer(reviewer, ProgressDesk(Pods(), book, role_of), sleep=sleep or held_for)
         async with TestClient(TestServer(server.app())) as client:
             await scenario(client, server, book, reviewer)
     asyncio.run(main())
@@ -129,7 +130,6 @@ def test_refusals_say_why() -> None:
         assert (await post(client, token("uid-w0", audience="https://kubernetes.default.svc")))[0] == 401
         assert (await post(client, token("uid-w0", expires_in=-10)))[0] == 401
         assert reviewer.reviews == 0, "garbage and other audiences never reach the API server"
-        assert await post(client, token("uid-gone")) == (401, "token refused: invalid bearer token")
         status, message = await post(client, token("uid-w1"))
         assert status == 403 and "its chief (or worker 0), evaluator or MPI rank 0 does" in message
         status, message = await post(client, token("uid-w0"), {"epoch": "three"})
@@ -137,6 +137,7 @@ def test_refusals_say_why() -> None:
         resp = await client.post(URL, data=b"{" + b" " * 20000 + b"}",
                                  headers={"Authorization": f"Bearer {token('uid-w0')}"})
         assert resp.status == 413
+        assert await post(client, token("uid-gone")) == (401, "token refused: invalid bearer token")
     run(scenario)
 
 
@@ -196,6 +197,8 @@ def test_held_answers_are_bounded_past_which_they_are_given_at_once(monkeypatch:
 
 def test_new_tokens_are_reviewed_at_a_bounded_rate(monkeypatch: Any) -> None:
     monkeypatch.setattr(progress_server, "REVIEW_BURST", 3.0)
+    monkeypatch.setattr(progress_server, "SOURCE_REVIEW_BURST", 100.0)
+    monkeypatch.setattr(progress_server, "REFUSAL_COST", 0.0)
 
     async def scenario(client: TestClient[Any, Any], server: ProgressServer, book: ProgressBook,
                        reviewer: Reviewer) -> None:

@@ -249,3 +249,33 @@ def test_a_running_job_whose_workload_is_gone_stops_its_pods_and_queues_again() 
     assert plan.status["restarts"] == 0
     assert [op.verb for op in plan.workload] == ["create"]
     assert "no Workload" in plan.status["message"], plan.status["message"]
+
+
+def test_a_queue_label_changed_while_queued_or_suspended_reaches_the_workload() -> None:
+    """Issue 31: queueName was written only when the Workload was made: a job relabelled while it
+    waited stayed in the old queue for ever, its message naming the new one. Kueue's jobframework
+    moves a Workload without quota to the job's new queue (QueueNameChange), and so do we."""
+    waiting = dataclasses.replace(workload(("QuotaReserved", False, "Pending", "")), queue_name="team-cpu")
+    plan = step({"phase": "Queued"}, waiting)  # the job's label now says team-gpu
+    assert [(op.verb, op.body) for op in plan.workload] == [
+        ("update", {"spec": {"queueName": "team-gpu"}, "metadata": {"resourceVersion": "7"}})]
+    assert plan.status["message"].startswith("queued in LocalQueue team-gpu")
+    job = tf_job("mnist", {"suspend": True}, chief=replica(1, cpu="1"), worker=replica(2, gpus=4))
+    spec = parse_spec(job["spec"])
+    suspended = dataclasses.replace(workload(spec=spec, active=False), queue_name="team-cpu")
+    assert ("update", {"spec": {"queueName": "team-gpu"}, "metadata": {"resourceVersion": "7"}}) in [
+        (op.verb, op.body) for op in step({"phase": "Suspended"}, suspended, spec=spec).workload]
+    admitted = dataclasses.replace(workload(*ADMITTED), queue_name="team-cpu")
+    assert not [op for op in step({"phase": "Running"}, admitted, [pod("worker", 0)]).workload
+                if op.verb == "update"], "an admitted Workload keeps its queue, as in Kueue"
+
+
+def test_a_priority_class_changed_while_queued_reaches_the_workload() -> None:
+    waiting = dataclasses.replace(workload(("QuotaReserved", False, "Pending", "")), queue_name="team-gpu",
+                                  priority=("low", 10))
+    state = QueueState("team-gpu", waiting, {}, priority=("high", 1000))
+    plan = reconcile(JobState(REF, 1, SPEC, {"phase": "Queued"}, queue=state), [], NOW)
+    assert [(op.verb, op.body) for op in plan.workload] == [("update", {
+        "spec": {"priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "high"},
+                 "priority": 1000},
+        "metadata": {"resourceVersion": "7", "labels": {"kueue.x-k8s.io/priority-class": "high"}}})]

@@ -100,7 +100,15 @@ def parse_metrics(metrics: Any) -> dict[str, float]:
         if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
             raise ReportError(f"metric name {name!r}: letters, digits and _, not starting with a digit, "
                               "at most 64 characters")
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ReportError(f"metric {name} must be a finite number, not {value!r}")
-        out[name] = float(value)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(number := _float(value)):
+            raise ReportError(f"metric {name} must be a finite number, not {str(value)[:40]}")
+        out[name] = number
     return out
+
+
+def _float(value: int | float) -> float:
+    """An int past a float's range (JSON has no bound on digits) is not finite, not an OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf

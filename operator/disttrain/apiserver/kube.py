@@ -15,7 +15,7 @@ import msgspec
 from disttrain.api.constants import API_VERSION, FIELD_MANAGER, GROUP, JOB_NAME_LABEL, KIND, PLURAL, VERSION
 from disttrain.api.status import timestamp
 from disttrain.apiserver.api_errors import REFUSALS, ErrorKind, classify
-from disttrain.apiserver.rest import APPLY_PATCH, MERGE_PATCH, PARTIAL_METADATA, ApiError, Rest, path
+from disttrain.apiserver.rest import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, PARTIAL_METADATA, ApiError, Rest, path
 
 # The resource names of the kinds the operator writes or reads. ResourceFlavor and
 # WorkloadPriorityClass are cluster-scoped.
@@ -101,6 +101,12 @@ class Kube:
                 raise Invalid(error.message) from err
             if error.kind in REFUSALS:
                 raise Refused(error.describe()) from err
+            if error.kind is ErrorKind.NOT_FOUND:
+                # A create's 404: a kind the API server doesn't serve (an upgrade removed its version,
+                # a CRD uninstalled: "the server could not find the requested resource"), or the
+                # namespace gone with the job. Said on the job and tried again with backoff, never
+                # retried in silence (issue 31).
+                raise Refused(f"not found: {obj['apiVersion']} {obj['kind']} ({error.code}): {error.message}") from err
             raise
         return _answer.decode(created).metadata.uid
 
@@ -178,6 +184,18 @@ class Kube:
                                     params=params, content_type=APPLY_PATCH if apply else MERGE_PATCH)
         except ApiError as err:
             if err.status == 409:
+                raise Conflict(obj["metadata"]["name"]) from err
+            if err.status != 404:
+                raise
+
+    async def json_patch(self, obj: Mapping[str, Any], operations: list[Mapping[str, Any]]) -> None:
+        """A JSON patch (RFC 6902) of a namespaced custom object; Conflict when one of its `test`
+        operations fails (the API server answers 422) or the object changed (409)."""
+        try:
+            await self.rest.request("PATCH", object_path(obj), body=list(operations),
+                                    params={"fieldManager": FIELD_MANAGER}, content_type=JSON_PATCH)
+        except ApiError as err:
+            if err.status in (409, 422) and (err.status == 409 or "test" in err.message):
                 raise Conflict(obj["metadata"]["name"]) from err
             if err.status != 404:
                 raise

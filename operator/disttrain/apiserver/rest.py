@@ -19,6 +19,7 @@ import aiohttp
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 REQUEST_TIMEOUT = 60.0  # seconds for one request, as kopf's settings.networking.request_timeout

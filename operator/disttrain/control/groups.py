@@ -53,6 +53,13 @@ class Groups:
         chosen = (job.status.get("gang") or {}).get("provider")
         if chosen is None:
             return dataclasses.replace(job, gang_apis=await self.served())
+        if chosen == GangProvider.KUBERNETES:  # its version may have changed under it (decide/passes.py, gang_api)
+            try:
+                job = dataclasses.replace(job, gang_apis=await self.served())
+            except Exception as err:  # discovery failed: the version kept in its status stands
+                log.warning("%s/%s: could not read which gang APIs are served (%s: %s); using %s",
+                            job.ref.namespace, job.ref.name, type(err).__name__, err,
+                            (job.status.get("gang") or {}).get("apiVersion"))
         if chosen == GangProvider.VOLCANO and job.status.get("phase") != Phase.RUNNING:
             group = gang.objects(job.ref, job.spec, settings, GangProvider.VOLCANO)[0]
             try:

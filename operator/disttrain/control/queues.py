@@ -109,8 +109,10 @@ class Queues:
                 # the conditions list merges by type.
                 await self.kube.patch(target, {**target, "status": {"conditions": [op.body]}}, status=True,
                                       apply=True)
-            elif op.verb == "adopt":
+            elif op.verb in ("adopt", "update"):  # metadata, or the queue and priority it follows
                 await self.kube.patch(target, op.body)
+            elif op.verb == "json-patch":  # a podSet's count lowered in place (queue_steps.shrink)
+                await self.kube.json_patch(target, op.body["patch"])
             elif op.verb == "release":
                 body = {"metadata": {"resourceVersion": op.resource_version}, "status": op.body}
                 await self.kube.patch(target, body, status=True)

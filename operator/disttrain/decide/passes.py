@@ -71,10 +71,10 @@ class Pass:
         vanished = int(job.status.get("restarts", 0)) - banked - self.kubelet_restarts
         self.restarts_so_far = banked + max(0, vanished)
         self.plan.status["operatorRestarts"] = self.restarts_so_far
-        # An elastic job's workers: spec.mpi.worker.replicas now, or what Kueue admitted if fewer.
+        # An elastic job's workers: spec.mpi.worker.replicas now, or the quota its Workload holds if less.
         self.wanted_workers = self.spec.num_workers
         if elastic.settings(self.spec) is not None:
-            admitted = self.workload.admitted_counts.get("worker") if self.workload is not None else None
+            admitted = self.workload.held("worker") if self.workload is not None else None
             self.wanted_workers = elastic.wanted_workers(self.spec, admitted)
         self.wanted = {pod_name(job.ref.name, k.replica_type, k.index): k for k in desired_pod_keys(self.spec)
                        if k.replica_type != ReplicaType.WORKER or k.index < self.wanted_workers}
@@ -114,9 +114,16 @@ class Pass:
 
     @property
     def gang_api(self) -> str | None:
-        """The version of the provider's API chosen with it. A Kubernetes gang from before it was kept
-        is v1alpha2, the only version then; other providers have one (None: gang.objects' default)."""
+        """The version of the provider's API its groups are made (and released) with: the newest the
+        cluster serves now, when the pass was told (control/groups.py reads it for every gang job that
+        isn't finished), since a cluster upgraded under a job may no longer serve the one chosen
+        (1.37 removed scheduling.k8s.io/v1alpha2: issue 31). Else the one chosen with it; a
+        Kubernetes gang from before it was kept is v1alpha2, the only version then; other providers
+        have one (None: gang.objects' default)."""
         chosen = self.plan.status.get("gang") or {}
+        provider = self.provider
+        if provider is not None and provider in gang.providers(self.job.gang_apis):
+            return gang.api_version(provider, self.job.gang_apis)
         if chosen.get("apiVersion"):
             return str(chosen["apiVersion"])
         return gang.V1ALPHA2 if chosen.get("provider") == GangProvider.KUBERNETES else None

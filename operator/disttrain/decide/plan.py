@@ -22,6 +22,7 @@ class WorkloadOp:
 
     verb: str  # create | delete | condition (server-side apply of one) | release (status) | active (spec)
     # | adopt (metadata: a prebuilt Workload made the job's own)
+    # | update (queueName and priority: queue_steps.follow_queue)
     name: str
     body: dict[str, Any] = field(default_factory=dict)
     uid: str = ""

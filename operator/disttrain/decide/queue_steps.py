@@ -15,8 +15,9 @@ from disttrain.api.objects import PodKey
 from disttrain.api.status import Phase, set_condition, timestamp
 from disttrain.decide import queueing
 from disttrain.decide.passes import Pass
+from disttrain.decide.policies import elastic
 from disttrain.decide.plan import WorkloadOp
-from disttrain.decide.queueing import ObservedWorkload
+from disttrain.decide.queueing import ObservedWorkload, QueueState
 from disttrain.decide.reasons import Reason
 
 
@@ -40,6 +41,7 @@ def hold_in_queue(p: Pass) -> bool:
             return queued(p, f"its pods ran with no Workload (deleted, or the queue label added while it ran): "
                              f"they are stopped, and it starts afresh once Workload {name} is admitted")
         return queued(p, f"waiting for Kueue to admit Workload {name}")
+    follow_queue(p, workload)
     if workload.true("Evicted") and (any(pod.active or pod.terminating for pod in p.own)
                                      or workload.true("QuotaReserved")):
         return evicted(p, workload)
@@ -50,6 +52,7 @@ def hold_in_queue(p: Pass) -> bool:
             p.move(Phase.PENDING, Reason.ADMITTED,
                    f"Kueue admitted Workload {workload.name} to ClusterQueue {workload.cluster_queue}{where}")
             p.plan.status["startTime"] = timestamp(p.now)  # the deadline counts from admission
+        shrink(p, workload)
         return False
     if workload.podsets_hash != queueing.podsets_hash(queueing.pod_sets(p.spec)):
         if state.prebuilt is not None:
@@ -60,6 +63,59 @@ def hold_in_queue(p: Pass) -> bool:
     if workload.true("QuotaReserved") and (checks := workload.waiting_on_checks()):
         return queued(p, f"Workload {workload.name} has quota in ClusterQueue {workload.cluster_queue}; {checks}")
     return queued(p, workload.said("QuotaReserved") or f"waiting for Kueue to admit Workload {workload.name}")
+
+
+def follow_queue(p: Pass, workload: ObservedWorkload) -> None:
+    """A queue label or priority class changed while the job waits or is suspended reaches its
+    Workload (issue 31: queueName was set only when the Workload was made, so the job waited in the
+    old queue for ever while its message named the new one)."""
+    assert p.job.queue is not None
+    change = _queue_changes(workload, p.job.queue)
+    if change is not None:
+        p.plan.workload.append(WorkloadOp("update", workload.name, change))
+
+
+def _queue_changes(workload: ObservedWorkload, state: QueueState) -> dict[str, Any] | None:
+    """The Workload's writes that follow the job's queue label and WorkloadPriorityClass, as Kueue's
+    jobframework does for its own jobs (reconciler.go QueueNameChange, while the Workload has no
+    quota; UpdateWorkloadPriority, except adding a class to one that reserved quota without one,
+    which the Workload's CEL refuses). None when it follows them already."""
+    reserved = workload.true("QuotaReserved")
+    spec: dict[str, Any] = {}
+    labels: dict[str, str] = {}
+    if not reserved and workload.queue_name and workload.queue_name != state.queue:
+        spec["queueName"] = state.queue
+    if state.priority is not None and workload.priority != state.priority and not (
+            reserved and workload.priority is None):
+        name, value = state.priority
+        spec["priorityClassRef"] = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": name}
+        spec["priority"] = value
+        labels[queueing.PRIORITY_LABEL] = name
+    if not spec:
+        return None
+    change: dict[str, Any] = {"spec": spec, "metadata": {"resourceVersion": workload.resource_version}}
+    if labels:
+        change["metadata"]["labels"] = labels
+    return change
+
+
+def shrink(p: Pass, workload: ObservedWorkload) -> None:
+    """An admitted elastic job scaled down gives the quota of the workers it let go back: once
+    they are gone, its Workload's worker count is lowered in place, as Kueue's own integrations do
+    for a scale-down (KEP-77, workloadslicing.go; its webhook allows only a smaller count), and
+    Kueue counts the smaller. Issue 31: the job kept all its quota until it ended."""
+    names = [name for name, _ in workload.podset_counts]
+    if elastic.settings(p.spec) is None or "worker" not in names:
+        return
+    index = names.index("worker")
+    count = workload.podset_counts[index][1]
+    if p.wanted_workers >= count or any(pod.replica_type == "worker" and pod.index >= p.wanted_workers
+                                        for pod in p.own):
+        return
+    p.plan.workload.append(WorkloadOp("json-patch", workload.name, {"patch": [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": workload.resource_version},
+        {"op": "test", "path": f"/spec/podSets/{index}/name", "value": "worker"},
+        {"op": "replace", "path": f"/spec/podSets/{index}/count", "value": p.wanted_workers}]}))
 
 
 def adopted(p: Pass, name: str) -> bool:
@@ -179,5 +235,7 @@ def pause(p: Pass, active: bool) -> None:
         return
     if workload.active != active:
         p.plan.workload.append(WorkloadOp("active", workload.name, {"active": active}))
+    if not active and p.job.queue is not None:
+        follow_queue(p, workload)
     if not active:
         hand_back(p, workload)

@@ -51,6 +51,9 @@ class ObservedWorkload:
     checks: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     cluster_name: str = ""  # the worker cluster MultiKueue dispatched it to (status.clusterName)
     topology_placed: frozenset[str] = frozenset()  # podSets Kueue's TAS assigned domains to, for its ungater
+    queue_name: str = ""  # spec.queueName
+    podset_counts: tuple[tuple[str, int], ...] = ()  # spec.podSets' names and counts, in order
+    priority: tuple[str, int] | None = None  # spec.priorityClassRef's WorkloadPriorityClass and spec.priority
 
     def true(self, ctype: str) -> bool:
         return (self.conditions.get(ctype) or {}).get("status") == "True"
@@ -63,6 +66,14 @@ class ObservedWorkload:
         """What the admission checks not Ready yet say (MultiKueue: which worker it is trying)."""
         return "; ".join(f"admission check {name} {state}" + (f": {message}" if message else "")
                          for name, (state, message) in sorted(self.checks.items()) if state != "Ready")
+
+    def held(self, podset: str) -> int | None:
+        """The pods of a podSet whose quota the Workload holds: what was admitted, or fewer once
+        its count was shrunk in place (an elastic job scaled down; Kueue counts the smaller)."""
+        admitted = self.admitted_counts.get(podset)
+        count = dict(self.podset_counts).get(podset)
+        known = [n for n in (admitted, count) if n is not None]
+        return min(known) if known else None
 
     @property
     def admitted(self) -> bool:
@@ -161,7 +172,17 @@ def observe_workload(body: Mapping[str, Any]) -> ObservedWorkload:
         cluster_name=str(status.get("clusterName") or ""),
         topology_placed=frozenset(a["name"] for a in admission.get("podSetAssignments") or []
                                   if a.get("topologyAssignment")),
+        queue_name=str(spec.get("queueName") or ""),
+        podset_counts=tuple((str(ps.get("name")), int(ps.get("count") or 0)) for ps in spec.get("podSets") or ()),
+        priority=_priority(spec),
     )
+
+
+def _priority(spec: Mapping[str, Any]) -> tuple[str, int] | None:
+    ref = spec.get("priorityClassRef") or {}
+    if ref.get("kind") != "WorkloadPriorityClass" or not ref.get("name"):
+        return None
+    return str(ref["name"]), int(spec.get("priority") or 0)
 
 
 def placement(workload: ObservedWorkload, podset: str, flavors: Mapping[str, Flavor]) -> Flavor:

@@ -82,7 +82,10 @@ def resume_if_suspended(p: Pass) -> None:
 def choose_gang_provider(p: Pass) -> bool:
     """A gang job's provider, chosen once (from what the cluster serves) and kept in its status."""
     settings = p.spec.run_policy.scheduling.gang
-    if settings is None or p.provider is not None:
+    if settings is None:
+        return False
+    if p.provider is not None:
+        keep_gang_api_current(p)
         return False
     provider = gang.choose(settings, gang.providers(p.job.gang_apis), p.spec.run_policy.scheduling.scheduler_name)
     if provider is None:
@@ -102,6 +105,18 @@ def choose_gang_provider(p: Pass) -> bool:
         f"{size} pods are scheduled together by {provider.value} ({api} PodGroup "
         f"{gang.group_name(p.job.ref.name)}; {how})")))
     return False
+
+
+def keep_gang_api_current(p: Pass) -> None:
+    """status.gang.apiVersion follows what the cluster serves now (Pass.gang_api): a job chosen on
+    1.36 and resumed, restarted or taken over after an upgrade to 1.37 makes its group as v1beta1."""
+    chosen = p.plan.status.get("gang") or {}
+    now = p.gang_api
+    if now is None or chosen.get("apiVersion") in (None, now):
+        return
+    p.plan.status["gang"] = {**chosen, "apiVersion": now}
+    p.plan.events.append(Event("Normal", Reason.GANG_SCHEDULING, (
+        f"the cluster serves {now}, not {chosen['apiVersion']}: PodGroup {chosen.get('podGroup')} is made as {now}")))
 
 
 def fail_past_deadline(p: Pass) -> bool:

@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from disttrain.api.progress import Report
+from disttrain.api.progress import MAX_METRICS, Report
 from disttrain.api.spec import SpecError, parse_spec
 from disttrain.api.status import Phase, parse_timestamp
 
@@ -70,7 +70,7 @@ FAMILIES = (  # name, help, labels after LABELS
     ("disttrain_job_pods_desired", "Pods the job wants", ()),
     ("disttrain_job_restarts", "Restarts of the job so far (status.restarts)", ()),
     ("disttrain_job_seconds_to_running", "Seconds from the job's creation to every pod running, first time", ()),
-    # What the pods report (api/progress.py): bounded by its MAX_METRICS per role.
+    # What the pods report (api/progress.py): at most MAX_METRICS names per role per job, the first reported.
     ("disttrain_job_progress_percent", "Percent of the training done, as the job's training reporter last said", ()),
     ("disttrain_job_metric", "The latest value of a metric a job's pod reported (loss, accuracy, ...); role is "
                              "training or evaluation", ("role", "metric")),
@@ -121,8 +121,13 @@ class JobGauges(Collector):
         fraction = report.fraction
         if role == "training" and fraction is not None:
             row.percent = round(fraction * 100, 2)
+        kept = sum(1 for (of, _) in row.metrics if of == role)
         for name, value in report.metrics.items():
-            row.metrics[(role, name)] = value
+            if (role, name) in row.metrics or kept < MAX_METRICS:
+                kept += (role, name) not in row.metrics
+                row.metrics[(role, name)] = value
+            # else: a 17th name is left out of the metrics (status.progress still has it): the first
+            # MAX_METRICS names a role reported are its series, however many reports bring new ones.
 
     def forget(self, namespace: str, name: str) -> None:
         self._rows.pop((namespace, name), None)

@@ -1,6 +1,6 @@
 """Prometheus metrics of the operator (served by `disttrain run --metrics-port`)."""
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from disttrain.decide.reasons import FAILURES, RESTARTS, Reason
 from disttrain.runtime.job_gauges import JobGauges
@@ -15,6 +15,14 @@ PODS_DELETED = Counter("disttrain_pods_deleted_total", "Pods the operator delete
 PROGRESS_REPORTS = Counter(
     "disttrain_progress_reports_total", "Progress reports pods sent, by how they were answered: accepted, "
     "invalid, unauthenticated, forbidden, throttled, unavailable", ["result"])
+# The endpoint's own process (watch/progress_endpoint.py) counts; the controller's /metrics shows them.
+PROGRESS_CONNECTIONS = Gauge("disttrain_progress_connections", "Connections open to the progress endpoint")
+PROGRESS_CONNECTIONS_CLOSED = Counter(
+    "disttrain_progress_connections_closed_total", "Connections to the progress endpoint closed by its bounds: "
+    "refused (past the connections in all or from one address) or expired (not answered within its deadline)",
+    ["reason"])
+PROGRESS_ENDPOINT_STARTS = Counter("disttrain_progress_endpoint_starts_total",
+                                   "Times the progress endpoint's process was started (more than 1: it ended)")
 RECONCILE_SECONDS = Histogram("disttrain_reconcile_duration_seconds", "Time of one reconcile, API writes included")
 # Per job (phase, pods ready and wanted, restarts, time to running), set from the jobs' watch events.
 JOB_GAUGES = JobGauges()

@@ -26,7 +26,8 @@ from disttrain.decide.queueing import ObservedWorkload, observe_workload
 from disttrain.runtime import metrics, serving_cert
 from disttrain.runtime.memory import trim_when_quiet
 from disttrain.watch.podwatch import PodWatch, exact_names
-from disttrain.watch.progress_server import ProgressServer
+from disttrain.watch.progress_desk import ProgressDesk
+from disttrain.watch.progress_supervisor import EndpointProcess
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class ProgressSettings:
     secret: tuple[str, str]  # namespace, name: its CA and serving certificate
     hosts: tuple[str, ...]  # what the certificate names
     status_seconds: float  # a job's reported progress is written at most once in this long
+    memory_mib: int = 256  # the endpoint's process's memory bound
 
 
 @kopf.on.login()
@@ -87,8 +89,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo["tasks"] = [asyncio.create_task(pods.run(), name="pod watch"),
                      asyncio.create_task(trim_when_quiet(lambda: controller.queue.handled), name="trim")]
     if progress and cert:
-        server = memo["progress_server"] = ProgressServer(kube, pods, controller.progress, controller.role_of)
-        await server.start(progress.port, cert.ssl_context())
+        endpoint = memo["progress_endpoint"] = EndpointProcess(
+            progress.port, ProgressDesk(pods, controller.progress, controller.role_of),
+            lambda: serving_cert.ensure(kube, *progress.secret, progress.hosts), memory_mib=progress.memory_mib)
+        endpoint.start()
     # No job is reconciled before its pods are known: against an empty index it would make them again.
     await pods.synced.wait()
     controller.start()
@@ -96,9 +100,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    server: ProgressServer | None = memo.get("progress_server")
-    if server is not None:
-        await server.stop()
+    endpoint: EndpointProcess | None = memo.get("progress_endpoint")
+    if endpoint is not None:
+        await endpoint.stop()
     tasks: list[asyncio.Task[None]] = memo.get("tasks") or []
     for task in tasks:
         task.cancel()

@@ -1,0 +1,132 @@
+"""The progress endpoint's own process: `python -m disttrain.watch.progress_endpoint --link-fd N
+--port P`, started and restarted by the controller (progress_supervisor.py), never by hand.
+
+Everything a pod sends lands here and nowhere else: TLS, HTTP, tokens, bodies, floods. The process
+has its own memory bound (RLIMIT_DATA, `--memory-mib`: past it an allocation fails here, and the
+controller's memory is untouched) and asks the kernel to pick it first should its container run
+out of memory anyway (oom_score_adj 1000). It talks to the controller only through the link
+(progress_link.py), and exits when the link closes: a controller that is gone leaves no endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import resource
+import socket
+import ssl
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from disttrain.apiserver import credentials
+from disttrain.apiserver.kube import Kube
+from disttrain.apiserver.rest import Rest
+from disttrain.runtime.serving_cert import ServingCert
+from disttrain.watch.progress_link import MAX_LINE, EndpointSide
+from disttrain.watch.progress_listener import KEEPALIVE, Listener
+from disttrain.watch.progress_server import MAX_TOKEN, ProgressServer
+
+log = logging.getLogger("disttrain.progress")
+STATS_EVERY = 1.0  # seconds between the counts sent to the controller (its /metrics shows them)
+QUIET_SECONDS = 10.0  # one log line per kind of loop error in this long: a flood is not a log flood
+
+
+def bound_memory(mib: int) -> None:
+    if mib > 0:
+        limit = mib * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    try:
+        with open("/proc/self/oom_score_adj", "w") as adj:
+            adj.write("1000")
+    except OSError:
+        pass  # not Linux, or not allowed: the memory bound still holds
+
+
+def ssl_context(cert: Mapping[str, str]) -> ssl.SSLContext:
+    return ServingCert(cert["ca"].encode(), cert["cert"].encode(), cert["key"].encode()).ssl_context()
+
+
+def quiet_exception_handler() -> Any:
+    said: dict[str, float] = {}
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        kind = str(context.get("message"))[:80]
+        if time.monotonic() - said.get(kind, -QUIET_SECONDS) >= QUIET_SECONDS:
+            said[kind] = time.monotonic()
+            log.warning("progress endpoint: %s: %s", kind, context.get("exception"))
+    return handle
+
+
+async def serve(link_fd: int, host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(quiet_exception_handler())
+    reader, writer = await asyncio.open_connection(sock=socket.socket(fileno=link_fd), limit=MAX_LINE)
+    link = EndpointSide(reader, writer)
+    first: asyncio.Future[Mapping[str, str]] = loop.create_future()
+    listener: Listener | None = None
+
+    def on_cert(cert: Mapping[str, str]) -> None:
+        if not first.done():
+            first.set_result(cert)
+        elif listener is not None:
+            listener.ssl_context = ssl_context(cert)  # new connections; open ones keep theirs
+            log.info("progress endpoint: serving a renewed certificate")
+
+    reading = asyncio.create_task(link.run(on_cert))
+    either: list[asyncio.Future[Any]] = [reading, first]
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    if not first.done():
+        return  # the controller went before it sent a certificate
+    server = ProgressServer(Kube(Rest(credentials.login)), link)
+    runner = web.AppRunner(server.app(), access_log=None, keepalive_timeout=KEEPALIVE, max_headers=32,
+                           max_field_size=MAX_TOKEN + 64, max_line_size=1024, handler_cancellation=True)
+    await runner.setup()
+    listener = Listener(runner.server, ssl_context(first.result()))  # type: ignore[arg-type]
+    server.answered = lambda request: listener.answered(request.transport)
+    bound = await listener.start(host, port)
+    log.info("progress endpoint listening on %s:%d", host, bound)
+    stats = asyncio.create_task(send_stats(link, server, listener))
+    try:
+        await reading  # until the controller closes the link
+    finally:
+        stats.cancel()
+        await listener.stop()
+        await runner.cleanup()
+
+
+async def send_stats(link: EndpointSide, server: ProgressServer, listener: Listener) -> None:
+    """Each second something changed: the answers by result, the connections open, and those closed
+    since (refused past the bounds, or past their deadline)."""
+    told = {"open": 0, "refused": 0, "expired": 0}
+    while True:
+        await asyncio.sleep(STATS_EVERY)
+        now = {"open": len(listener.open), "refused": listener.refused, "expired": listener.expired}
+        counts = server.take_counts()
+        if counts or now != told:
+            await link.tell({"counts": counts, "connections": {
+                "open": now["open"], "refused": now["refused"] - told["refused"],
+                "expired": now["expired"] - told["expired"]}})
+            told = now
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="disttrain.watch.progress_endpoint")
+    parser.add_argument("--link-fd", type=int, required=True)
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--memory-mib", type=int, default=256)
+    args = parser.parse_args(argv)
+    sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]  # kopf imports it if found (__main__)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    bound_memory(args.memory_mib)
+    asyncio.run(serve(args.link_fd, args.host, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The progress endpoint's socket, with bounds that aiohttp's own server doesn't have.
+
+aiohttp's TCPSite accepts every connection, gives a TLS handshake asyncio's default of 60 s, and a
+request's line and headers no deadline at all, with keep-alive for an hour; Python's TLS layer
+holds a 256 KiB buffer per connection from its first byte. 3,000 connections that sent half a
+request line and waited grew the operator from 51 to 897 MB (issue 31). So this listener accepts
+itself, and:
+
+- refuses at once (closes) a connection past MAX_CONNECTIONS open in all, or past MAX_PER_SOURCE
+  from one address: the worst a flood holds is MAX_CONNECTIONS buffers (64 MiB at 256);
+- gives the TLS handshake HANDSHAKE_TIMEOUT;
+- aborts a connection that hasn't been answered REQUEST_DEADLINE after it was made or after its
+  last answer: a request's line, headers and body, and an idle keep-alive, all within that; aiohttp's
+  own keep-alive is KEEPALIVE (the reporter opens a connection per report, every 2 s at most).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+MAX_CONNECTIONS, MAX_PER_SOURCE = 256, 32
+HANDSHAKE_TIMEOUT = 5.0
+REQUEST_DEADLINE = 10.0
+KEEPALIVE = 1.0
+SWEEP_EVERY = 0.5
+
+
+class Tracked(asyncio.Protocol):
+    """aiohttp's protocol for one connection, with the time it was last answered."""
+
+    def __init__(self, listener: Listener, source: str, inner: asyncio.Protocol) -> None:
+        self.listener, self.source, self.inner = listener, source, inner
+        self.since = listener.clock()
+        self.transport: asyncio.BaseTransport | None = None
+        self.released = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.listener.by_transport[id(transport)] = self
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.listener.release(self)
+        self.inner.connection_lost(exc)
+
+
+class Listener:
+    def __init__(self, protocol: Callable[[], asyncio.Protocol], ssl_context: ssl.SSLContext | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.protocol, self.ssl_context, self.clock = protocol, ssl_context, clock
+        self.open: set[Tracked] = set()
+        self.per_source: Counter[str] = Counter()
+        self.by_transport: dict[int, Tracked] = {}
+        self.refused = self.expired = 0  # connections closed at once, and past their deadline
+        self._sock: socket.socket | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._serving: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        """Listening; the port (0: one the system chose)."""
+        self._sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                          backlog=512, reuse_port=False)
+        self._sock.setblocking(False)
+        self._tasks = [asyncio.create_task(self._accept(), name="progress accept"),
+                       asyncio.create_task(self._sweep(), name="progress deadlines")]
+        return int(self._sock.getsockname()[1])
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._sock is not None:
+            self._sock.close()
+        for tracked in list(self.open):
+            if tracked.transport is not None:
+                tracked.transport.abort()  # type: ignore[attr-defined]
+
+    def answered(self, transport: Any) -> None:
+        tracked = self.by_transport.get(id(transport))
+        if tracked is not None:
+            tracked.since = self.clock()
+
+    def release(self, tracked: Tracked) -> None:
+        if tracked.released:
+            return
+        tracked.released = True
+        self.open.discard(tracked)
+        self.per_source[tracked.source] -= 1
+        if self.per_source[tracked.source] <= 0:
+            del self.per_source[tracked.source]
+        if tracked.transport is not None:
+            self.by_transport.pop(id(tracked.transport), None)
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        while True:
+            try:
+                conn, address = await loop.sock_accept(self._sock)
+            except OSError as err:  # EMFILE and the like: wait, don't spin
+                log.warning("progress endpoint: accept failed: %s", err)
+                await asyncio.sleep(0.1)
+                continue
+            source = str(address[0])
+            if len(self.open) >= MAX_CONNECTIONS or self.per_source[source] >= MAX_PER_SOURCE:
+                self.refused += 1
+                conn.close()
+                continue
+            tracked = Tracked(self, source, self.protocol())
+            self.open.add(tracked)
+            self.per_source[source] += 1
+            serving = loop.create_task(self._serve(conn, tracked))
+            self._serving.add(serving)  # held: the loop keeps only a weak reference to a task
+            serving.add_done_callback(self._serving.discard)
+
+    async def _serve(self, conn: socket.socket, tracked: Tracked) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(lambda: tracked, conn, ssl=self.ssl_context,
+                                               ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.ssl_context else None)
+        except (OSError, asyncio.CancelledError, ConnectionError, TimeoutError):
+            self.release(tracked)  # the handshake failed or timed out: connection_lost never comes
+            conn.close()
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY)
+            late = self.clock() - REQUEST_DEADLINE
+            for tracked in [t for t in self.open if t.since < late and t.transport is not None]:
+                self.expired += 1
+                tracked.transport.abort()  # type: ignore[union-attr]
+                self.release(tracked)

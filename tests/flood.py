@@ -1,0 +1,90 @@
+"""A connection flood against the progress endpoint, as any pod could send it (issue 31, item 1):
+N connections that finish the TLS handshake (or not: `--no-handshake`), send half a request line
+and wait. Bounded in count and time; only loopback or a test pod's own target is flooded.
+
+    python tests/flood.py HOST PORT --connections 2500 --seconds 60 [--sources 127.0.0.2-50]
+
+`--sources` spreads the connections over loopback source addresses (a flood from many pods);
+it prints one JSON line at the end: connections opened, closed by the endpoint, and still open.
+Used by tests/unit/test_progress_process.py, tests/integration/test_progress_flood.py and
+tests/chaos (make chaos).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import ssl
+import sys
+import time
+
+HALF_A_LINE = b"POST /apis/disttrain.dev/v1/namespaces/x/disttrainjobs/y/prog"
+
+
+def sources(spec: str | None) -> list[str | None]:
+    if not spec:
+        return [None]
+    base, _, last = spec.rpartition("-")
+    prefix, _, first = base.rpartition(".")
+    return [f"{prefix}.{n}" for n in range(int(first), int(last) + 1)]
+
+
+async def one(host: str, port: int, source: str | None, handshake: bool, until: float,
+              tally: dict[str, int]) -> None:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            host, port, ssl=context if handshake else None, local_addr=(source, 0) if source else None), 10)
+    except (OSError, TimeoutError, ssl.SSLError):
+        tally["failed"] += 1
+        return
+    tally["opened"] += 1
+    try:
+        writer.write(HALF_A_LINE)
+        left = until - time.monotonic()
+        await asyncio.wait_for(reader.read(1), max(0.1, left))
+        tally["closed"] += 1  # the endpoint ended it (or answered) before our time was up
+    except TimeoutError:
+        tally["held"] += 1
+    except (OSError, ssl.SSLError):
+        tally["closed"] += 1
+    finally:
+        writer.transport.abort()
+
+
+async def flood(host: str, port: int, connections: int, seconds: float, spread: list[str | None],
+                handshake: bool) -> dict[str, int]:
+    tally = {"opened": 0, "failed": 0, "closed": 0, "held": 0}
+    until = time.monotonic() + seconds
+    tasks = []
+    for n in range(connections):
+        tasks.append(asyncio.create_task(one(host, port, spread[n % len(spread)], handshake, until, tally)))
+        if n % 100 == 99:
+            await asyncio.sleep(0.05)  # the accept backlog, not a flood of SYNs dropped
+    await asyncio.gather(*tasks)
+    return tally
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("host")
+    parser.add_argument("port", type=int)
+    parser.add_argument("--connections", type=int, default=2500)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--sources", help="loopback source addresses, as 127.0.0.2-50")
+    parser.add_argument("--no-handshake", action="store_true", help="bare TCP: never start TLS")
+    args = parser.parse_args()
+    assert args.connections <= 20_000 and args.seconds <= 600, "bounded: at most 20,000 connections, 10 minutes"
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    tally = asyncio.run(flood(args.host, args.port, args.connections, args.seconds, sources(args.sources),
+                              not args.no_handshake))
+    print(json.dumps(tally), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
