@@ -123,6 +123,22 @@ class FakeKube:
         self.calls.append(("discover", "/apis"))
         return set(self.served)
 
+    async def json_patch(self, obj: Mapping[str, Any], operations: list[Mapping[str, Any]]) -> None:
+        """RFC 6902's test and replace, the two the operator sends."""
+        self.calls.append(("json-patch", "/".join(key_of(obj))))
+        found = self.objects.get(key_of(obj))
+        if found is None:
+            return
+        for op in operations:
+            *parents, last = [int(p) if p.isdigit() else p for p in str(op["path"]).strip("/").split("/")]
+            target: Any = found
+            for part in parents:
+                target = target[part]
+            if op["op"] == "test" and target[last] != op["value"]:
+                raise Conflict(obj["metadata"]["name"])
+            if op["op"] == "replace":
+                target[last] = op["value"]
+
     async def patch_config_map_data(self, obj: Mapping[str, Any]) -> bool:
         self.calls.append(("patch", "/".join(key_of(obj))))
         found = self.objects.get(key_of(obj))

@@ -15,8 +15,8 @@ from disttrain.api.objects import PodKey
 from disttrain.api.status import Phase, set_condition, timestamp
 from disttrain.decide import queueing
 from disttrain.decide.passes import Pass
-from disttrain.decide.policies import elastic
 from disttrain.decide.plan import WorkloadOp
+from disttrain.decide.policies import elastic
 from disttrain.decide.queueing import ObservedWorkload, QueueState
 from disttrain.decide.reasons import Reason
 
