@@ -60,6 +60,7 @@ class FakeKube:
     delete_failures: list[Exception] = field(default_factory=list)  # the next pod deletes raise these
     lost_deletes: int = 0  # the next N pod deletes answer and do nothing
     get_failures: dict[str, Exception] = field(default_factory=dict)  # kind -> what reading one raises
+    annotate_failures: list[Exception] = field(default_factory=list)  # the next pod annotations raise these
 
     def add(self, obj: dict[str, Any]) -> dict[str, Any]:
         stored = copy.deepcopy(obj)
@@ -149,6 +150,8 @@ class FakeKube:
 
     async def annotate_pod(self, namespace: str, name: str, uid: str, annotations: dict[str, str]) -> bool:
         self.calls.append(("annotate", f"Pod/{namespace}/{name}"))
+        if self.annotate_failures:
+            raise self.annotate_failures.pop(0)
         found = self.objects.get(("Pod", namespace, name))
         if found is None or found["metadata"].get("uid", uid) != uid:
             return False

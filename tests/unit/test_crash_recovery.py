@@ -166,3 +166,36 @@ def test_an_elastic_jobs_launcher_is_touched_when_discovery_changes_after_a_rest
     manifest["spec"]["mpi"].update(launcherStart="Immediately", elastic={"minReplicas": 1, "maxReplicas": 3})
     h = Harness(manifest)
     asyncio.run(scenario())
+
+
+def test_a_failed_launcher_annotation_is_tried_again_by_the_next_pass() -> None:
+    """Issue 31: the ConfigMap's write was remembered before the launcher was annotated, so an
+    annotation the API server failed (429, 500, a timeout) was never tried again: the launcher
+    waited for the kubelet's minute, longer than the 30 s scale-down delay."""
+    from disttrain.api.constants import DISCOVERY_ANNOTATION
+    from disttrain.apiserver.rest import ApiError
+    from manifests import mpi_job
+
+    def statuses(running: set[str]) -> None:
+        h.pods[:] = [observe_pod({**pod, "status": RUNNING if pod["metadata"]["name"] in running else {}})
+                     for pod in h.kube.pods()]
+
+    def digest() -> str | None:
+        annotations = h.kube.objects[("Pod", "ml", "mnist-launcher")]["metadata"].get("annotations") or {}
+        return annotations.get(DISCOVERY_ANNOTATION)
+
+    async def scenario() -> None:
+        await h.reconcile()
+        statuses({"mnist-worker-0", "mnist-launcher"})
+        h.kube.annotate_failures.append(ApiError(429, "Too Many Requests", b"{}", {"Retry-After": "1"}))
+        try:
+            await h.reconcile()
+        except ApiError:
+            pass  # the work queue retries the pass
+        assert digest() is None, "the annotation failed"
+        await h.reconcile()
+        assert digest() is not None, "tried again by the next pass"
+    manifest = mpi_job("mnist", workers=2)
+    manifest["spec"]["mpi"].update(launcherStart="Immediately", elastic={"minReplicas": 1, "maxReplicas": 3})
+    h = Harness(manifest)
+    asyncio.run(scenario())

@@ -206,3 +206,18 @@ def test_an_admitted_job_scaled_down_gives_the_quota_of_its_leaving_workers_back
     again = step(elastic_job(3), running(1), RUNNING, queue=QueueState("q", shrunk))
     assert not created(again), "scaled up again: no worker past the quota it holds now"
     assert not [op for op in again.workload if op.verb == "json-patch"]
+
+
+def test_each_leaving_worker_waits_its_own_delay() -> None:
+    """Issue 31: successive scale-downs shared the first one's timer: 3 -> 2 at T and 2 -> 1 at
+    T+25 s deleted worker-1 at T+30 s, five seconds after it left discovery."""
+    first = step(elastic_job(2), running(3), RUNNING)
+    assert first.status["elastic"]["leaving"] == {"mnist-worker-2": "2026-11-22T12:00:00Z"}
+    second = step(elastic_job(1), running(3), first.status, later(25))
+    assert second.status["elastic"]["leaving"] == {"mnist-worker-2": "2026-11-22T12:00:00Z",
+                                                   "mnist-worker-1": "2026-11-22T12:00:25Z"}
+    at_30 = step(elastic_job(1), running(3), second.status, later(30))
+    assert [p.name for p in at_30.delete] == ["mnist-worker-2"], "worker-1 has 25 s of its delay left"
+    assert at_30.requeue_after == pytest.approx(25)
+    at_55 = step(elastic_job(1), running(2), at_30.status, later(55))
+    assert [p.name for p in at_55.delete] == ["mnist-worker-1"]

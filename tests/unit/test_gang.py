@@ -235,3 +235,23 @@ def test_a_kubernetes_gang_chosen_on_136_is_made_as_v1beta1_once_the_cluster_ser
     done = reconcile(state(six_gpu_workers(), chosen, served=upgraded),
                      [pod("worker", 0, "Succeeded", True), *running[1:]], NOW)
     assert {o["apiVersion"] for o in done.delete_objects} == {"scheduling.k8s.io/v1beta1"}, "released as served"
+
+
+def test_a_137_group_takes_its_pods_priority_from_their_templates_too() -> None:
+    """Issue 31: the 1.37 PodGroup took runPolicy's priorityClassName only: pods whose templates
+    name their own class (build/scheduling.py keeps it) went with a group of another priority, which
+    the scheduler refuses. Members that differ are refused when the provider is chosen."""
+    job = with_gang(tf_job("mnist", None, worker=replica(2, gpus=1)))
+    job["spec"]["tensorflow"]["worker"]["template"]["spec"]["priorityClassName"] = "high"
+    spec = parse_spec(job["spec"])
+    assert spec.run_policy.scheduling.gang is not None
+    _, group = gang.objects(REF, spec, spec.run_policy.scheduling.gang, GangProvider.KUBERNETES,
+                            "scheduling.k8s.io/v1beta1")
+    assert group["spec"]["priorityClassName"] == "high"
+    mixed = with_gang(tf_job("mnist", None, chief=replica(1), worker=replica(2)))
+    mixed["spec"]["tensorflow"]["worker"]["template"]["spec"]["priorityClassName"] = "high"
+    plan = reconcile(state(parse_spec(mixed["spec"])), [], NOW)
+    assert (plan.status["phase"], plan.status["reason"]) == ("Failed", "InvalidSpec")
+    assert plan.status["message"] == (
+        "spec.tensorflow.*.template.spec.priorityClassName: the pods of a Kubernetes gang share one priority, its "
+        "PodGroup's, and these differ (chief (none), worker high)")

@@ -171,3 +171,52 @@ def test_pods_left_without_their_prebuilt_workload_are_stopped() -> None:
     plan = reconcile(JobState(REF, 1, LOCAL, dict(WORKERS), queue=state), running, NOW)
     assert sorted(p.name for p in plan.delete) == ["mnist-worker-0", "mnist-worker-1"]
     assert plan.status["phase"] == "Queued" and not plan.workload
+
+
+def test_a_workload_finished_without_a_copied_verdict_fails_the_managers_job() -> None:
+    """Issue 31: Kueue finishes the manager's Workload when the worker's finishes; with no verdict
+    copied (an elastic Workload's remote OutOfSync, a Workload finished by hand) the job stayed
+    Queued for ever, as nothing runs a finished Workload again."""
+    wl = workload(("QuotaReserved", True, ""), ("Admitted", True, ""),
+                  ("Finished", True, "The prebuilt workload is out of sync with its user job"))
+    wl = dataclasses.replace(wl, conditions={**wl.conditions, "Finished": {**wl.conditions["Finished"],
+                                                                           "reason": "OutOfSync"}})
+    plan = manager({"phase": "Queued", "reason": "Queued"}, wl)
+    assert (plan.status["phase"], plan.status["reason"]) == ("Failed", "WorkloadFinished")
+    assert plan.status["message"] == (
+        f"Kueue finished Workload {wl.name} (OutOfSync: The prebuilt workload is out of sync with its user job) "
+        f"before the job had a verdict from its worker cluster: it is not dispatched again")
+
+
+def test_pods_ready_on_the_manager_counts_what_kueue_admitted_not_the_spec() -> None:
+    """Issue 31: a partially admitted elastic job (3 of 4 workers) never reached spec's 5 pods, so its
+    PodsReady never went True and a manager's waitForPodsReady evicted it in a loop."""
+    from manifests import mpi_job
+
+    job = mpi_job("mnist", workers=4, gpus=0)
+    job["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    job["spec"]["mpi"]["elastic"] = {"minReplicas": 2, "maxReplicas": 4}
+    spec = parse_spec(job["spec"])
+    wl = observe_workload({
+        "metadata": {"name": queueing.workload_name(REF), "uid": "wl", "resourceVersion": "9",
+                     "annotations": {queueing.PODSETS_HASH: queueing.podsets_hash(queueing.pod_sets(spec))},
+                     "ownerReferences": [{"uid": "uid-1", "controller": True}]},
+        "spec": {"active": True, "queueName": "gpus", "podSets": [{"name": "launcher", "count": 1},
+                                                                  {"name": "worker", "count": 4}]},
+        "status": {"clusterName": "worker-1", "conditions": [
+            {"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True"}],
+            "admission": {"clusterQueue": "cq", "podSetAssignments": [
+                {"name": "launcher", "count": 1, "flavors": {}}, {"name": "worker", "count": 3, "flavors": {}}]}}})
+    copied = {**WORKERS, "replicaStatuses": {"launcher": {"active": 1, "ready": 1}, "worker": {"active": 3, "ready": 3}}}
+    plan = manager(copied, wl, spec=spec)
+    assert [(op.body["type"], op.body["status"]) for op in plan.workload] == [("PodsReady", "True")]
+
+
+def test_ttl_leaves_another_controllers_job_alone() -> None:
+    """Issue 31: docs/api.md says nothing of a job another controller manages is touched; its
+    ttlSecondsAfterFinished deleted it all the same."""
+    job = tf_job("mnist", {"ttlSecondsAfterFinished": 0}, worker=replica(2))
+    job["spec"]["managedBy"] = "example.com/other"
+    done = {"phase": "Succeeded", "completionTime": "2026-11-25T11:00:00Z"}
+    plan = manager(done, spec=parse_spec(job["spec"]), queue=None)
+    assert not plan.delete_job

@@ -166,8 +166,11 @@ def elastic_status_schema() -> Schema:
                       "description": "The workers' pod names in discover_hosts.sh now."},
             "selector": string_field("The label selector of the job's workers (the scale subresource's, for an "
                                      "autoscaler)."),
-            "scaleDownSince": string_field("When workers above the wanted count left discovery; they are deleted "
-                                           "scaleDownDelaySeconds later.", format="date-time"),
+            "scaleDownSince": string_field("When the first of the workers above the wanted count left discovery "
+                                           "(status.elastic.leaving has each).", format="date-time"),
+            "leaving": {"type": "object", "additionalProperties": {"type": "string", "format": "date-time"},
+                        "description": "Each worker above the wanted count (pod name) and when it left discovery: it "
+                                       "is deleted scaleDownDelaySeconds later."},
             "belowMinSince": string_field("Since when fewer than minReplicas workers are Ready while the job "
                                           "runs.", format="date-time"),
         },

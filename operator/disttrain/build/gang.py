@@ -106,14 +106,34 @@ def choose(gang: Gang, served: Collection[GangProvider], scheduler_name: str | N
 
 
 def scheduler_conflict(spec: JobSpec, provider: GangProvider) -> str | None:
-    """Every pod of a group must go to the same scheduler: a template naming another one is an error."""
+    """Every pod of a group must go to the same scheduler, and (Kubernetes' own gang) with one
+    priority: a template naming another one is an error."""
     wanted = pod_scheduler(spec, provider)
     for rtype, replica in spec.replicas.items():
         named = (replica.template.get("spec") or {}).get("schedulerName")
         if named and named != wanted:
             return (f"spec.{spec.framework.value}.{rtype}.template.spec.schedulerName is {named!r}, but every pod of "
                     f"a gang goes to one scheduler ({wanted!r}, runPolicy.scheduling)")
+    classes = member_priority_classes(spec)
+    if provider is GangProvider.KUBERNETES and len(set(classes.values())) > 1:
+        said = ", ".join(f"{rtype} {name or '(none)'}" for rtype, name in classes.items())
+        return (f"spec.{spec.framework.value}.*.template.spec.priorityClassName: the pods of a Kubernetes gang share "
+                f"one priority, its PodGroup's, and these differ ({said})")
     return None
+
+
+def member_priority_classes(spec: JobSpec) -> dict[str, str]:
+    """The priorityClassName each gang member's replica type gets (build/scheduling.py: its
+    template's own, else runPolicy's; "" for none, the cluster's globalDefault)."""
+    default = spec.run_policy.scheduling.priority_class_name or ""
+    return {str(k.replica_type): str((spec.replicas[k.replica_type].template.get("spec") or {}).get(
+        "priorityClassName") or default) for k in members(spec)}
+
+
+def group_priority_class(spec: JobSpec) -> str | None:
+    """The PodGroup's priorityClassName: its members' (one, scheduler_conflict says), however they
+    got it. None when they name none."""
+    return next(iter(member_priority_classes(spec).values()), "") or None
 
 
 def pod_scheduler(spec: JobSpec, provider: GangProvider) -> str:
@@ -170,8 +190,8 @@ def kubernetes_objects(job: JobRef, spec: JobSpec, meta: dict[str, Any], count: 
         group_spec["podGroupTemplateRef"] = {"workload": {"workloadName": name, "podGroupTemplateName": TEMPLATE}}
     else:
         group_spec["workloadRef"] = {"workloadName": name, "templateName": TEMPLATE}
-        if spec.run_policy.scheduling.priority_class_name:  # the pods' priority, or the scheduler refuses them
-            group_spec["priorityClassName"] = spec.run_policy.scheduling.priority_class_name
+        if (priority := group_priority_class(spec)) is not None:  # the pods' priority, or the scheduler refuses them
+            group_spec["priorityClassName"] = priority
     return [workload, {"apiVersion": api, "kind": "PodGroup", "metadata": dict(meta), "spec": group_spec}]
 
 

@@ -34,10 +34,12 @@ class Children:
         self.creates = asyncio.Semaphore(create_concurrency)
         self.supported: set[str] = set()  # uids of jobs whose supporting objects exist and are theirs
         self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
+        self.annotated: dict[tuple[str, str], str] = {}  # (job uid, pod uid) -> discovery digest annotated
 
     def forget(self, uid: str) -> None:
         self.supported.discard(uid)
         self.written = {k: v for k, v in self.written.items() if k[0] != uid}
+        self.annotated = {k: v for k, v in self.annotated.items() if k[0] != uid}
 
     async def create_all(self, exp: Expectations, ref: JobRef, framework: str,
                           objects: list[dict[str, Any]]) -> tuple[tuple[Reason, str] | None, bool]:
@@ -123,10 +125,16 @@ class Children:
             if found is None or ownership(ref, found.get("metadata")) is not Ownership.OURS:
                 return  # not made yet, or an earlier job's: made with this job's next pods
             self.written[memory] = found.get("data") or {}
-        if self.written.get(memory) == obj["data"]:
-            return
-        if await self.kube.patch_config_map_data(obj):
+        if self.written.get(memory) != obj["data"]:
+            if not await self.kube.patch_config_map_data(obj):
+                return
             self.written[memory] = obj["data"]
-            digest = hashlib.sha256(json.dumps(obj["data"], sort_keys=True).encode()).hexdigest()[:16]
-            for pod in remount:
+        # Each pod's annotation is remembered only once made: a failed one (429, 500, a timeout)
+        # raises, the pass is retried, and the annotation is tried again, not left to the kubelet's
+        # minute (issue 31: longer than the default 30 s scale-down delay, so a removed worker was
+        # killed before Horovod dropped it). A new process annotates once more: the same value.
+        digest = hashlib.sha256(json.dumps(obj["data"], sort_keys=True).encode()).hexdigest()[:16]
+        for pod in remount:
+            if self.annotated.get((ref.uid, pod.uid)) != digest:
                 await self.kube.annotate_pod(ref.namespace, pod.name, pod.uid, {DISCOVERY_ANNOTATION: digest})
+                self.annotated[(ref.uid, pod.uid)] = digest

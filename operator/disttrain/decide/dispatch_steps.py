@@ -24,7 +24,7 @@ from disttrain.api.status import FINISHED, Phase, ready_column, replica_statuses
 from disttrain.decide import final_steps, queue_steps
 from disttrain.decide.passes import Pass
 from disttrain.decide.plan import Plan
-from disttrain.decide.queueing import QUEUE_LABEL
+from disttrain.decide.queueing import QUEUE_LABEL, ObservedWorkload
 from disttrain.decide.reasons import Reason
 
 
@@ -35,7 +35,9 @@ def managed_elsewhere(spec: JobSpec) -> bool:
 def follow(p: Pass) -> Plan:
     # What the worker's operator wrote, as Kueue copied it: none of the counts Pass derives here.
     p.plan.status = dict(p.job.status)
-    if p.spec.managed_by == MANAGED_BY_MULTIKUEUE and p.phase not in FINISHED:
+    if p.spec.managed_by != MANAGED_BY_MULTIKUEUE:
+        return p.plan  # another controller's: not a field of it is ours, its TTL included (issue 31)
+    if p.phase not in FINISHED:
         take_part(p)
     final_steps.delete_after_ttl(p)  # on the copied verdict: MultiKueue then deletes the worker's copy
     return p.plan
@@ -56,6 +58,9 @@ def take_part(p: Pass) -> None:
     if p.phase is Phase.SUSPENDED:
         p.move(Phase.QUEUED, Reason.JOB_RESUMED, "runPolicy.suspend is false again: queued to be dispatched afresh")
     queue_steps.pause(p, active=True)
+    if p.workload is not None and p.workload.true("Finished"):
+        finished_without_a_verdict(p, p.workload)
+        return
     if queue_steps.hold_in_queue(p):
         if p.phase is Phase.QUEUED and p.job.status.get("phase") != Phase.QUEUED:
             # Evicted (its worker lost): the copied counts were that worker's pods, gone with it.
@@ -67,4 +72,26 @@ def take_part(p: Pass) -> None:
         # it, a manager running waitForPodsReady evicts every dispatched job at its timeout.
         counts = (p.job.status.get("replicaStatuses") or {}).values()
         ready = sum(int(c.get("ready") or 0) + int(c.get("succeeded") or 0) for c in counts)
-        queue_steps.report_pods_ready(p, p.workload, ready >= p.spec.total_pods)
+        queue_steps.report_pods_ready(p, p.workload, ready >= admitted_pods(p))
+
+
+def admitted_pods(p: Pass) -> int:
+    """The pods the worker runs: what Kueue admitted of each podSet (a partially admitted elastic
+    job runs fewer workers than its spec asks; compared with the spec, PodsReady never went True
+    and waitForPodsReady evicted it in a loop: issue 31)."""
+    assert p.workload is not None
+    return sum(held if (held := p.workload.held(str(rtype))) is not None else replica.replicas
+               for rtype, replica in p.spec.replicas.items())
+
+
+def finished_without_a_verdict(p: Pass, workload: ObservedWorkload) -> None:
+    """The manager's Workload finished while the copied status has no verdict. Kueue v0.19.2
+    finishes it when the worker's Workload finishes, having copied the worker's status first
+    (multikueue/workload.go; a remote OutOfSync it resets to Retry and dispatches afresh, but not
+    for an elastic Workload), and nothing makes a finished Workload run again: the job would wait
+    as Queued for ever. It fails, in Kueue's words."""
+    said = workload.conditions.get("Finished") or {}
+    p.finish(Phase.FAILED, Reason.WORKLOAD_FINISHED, (
+        f"Kueue finished Workload {workload.name} ({said.get('reason') or 'Finished'}: "
+        f"{said.get('message') or 'no message'}) before the job had a verdict from its worker cluster: it is not "
+        f"dispatched again"))

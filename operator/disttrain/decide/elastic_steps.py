@@ -40,16 +40,19 @@ def scale_down(p: Pass) -> None:
     """Workers above the wanted count left discovery already; they go once the delay is over."""
     if elastic.settings(p.spec) is None:
         return
-    wait, going = elastic.scale_down(p.spec, p.live, p.wanted_workers, status_of(p).get("scaleDownSince"),
-                                     p.now)
-    if wait.since is not None and wait.left > 0:
-        p.plan.requeue_within(wait.left)
-    if going:
-        p.plan.delete = [*p.plan.delete, *going]
-        names = ", ".join(pod.name for pod in going)
+    before = status_of(p)
+    leaving = elastic.scale_down(p.spec, p.live, p.wanted_workers, before.get("leaving") or {}, p.now,
+                                 before.get("scaleDownSince"))
+    if leaving.next_due is not None:
+        p.plan.requeue_within(leaving.next_due)
+    if leaving.going:
+        p.plan.delete = [*p.plan.delete, *leaving.going]
+        names = ", ".join(pod.name for pod in leaving.going)
+        said = {str(since) for name, since in (before.get("leaving") or {}).items()
+                if name in {pod.name for pod in leaving.going}} or {before.get("scaleDownSince") or "it ended"}
         p.plan.events.append(Event("Normal", Reason.WORKERS_SCALED, (
             f"deleting {names}: above spec.mpi.worker.replicas {p.wanted_workers}, out of discover_hosts.sh "
-            f"since {wait.since or 'it ended'}")))
+            f"since {', '.join(sorted(said))}")))
 
 
 def report(p: Pass) -> None:
@@ -63,11 +66,12 @@ def report(p: Pass) -> None:
                            "hosts": [pod.name for pod in hosts], "selector": elastic.selector(p.job.ref.name)}
     deleted = {pod.uid for pod in p.plan.delete}
     if Phase(p.plan.status.get("phase") or Phase.PENDING) not in FINISHED:
-        down, _ = elastic.scale_down(p.spec, [pod for pod in p.live if pod.uid not in deleted], p.wanted_workers,
-                                     before.get("scaleDownSince"), p.now)
+        down = elastic.scale_down(p.spec, [pod for pod in p.live if pod.uid not in deleted], p.wanted_workers,
+                                  before.get("leaving") or {}, p.now, before.get("scaleDownSince"))
         short = short_of_min(p) if p.phase is Phase.RUNNING else None
-        if down.since is not None:
-            out["scaleDownSince"] = down.since
+        if down.since:
+            out["leaving"] = down.since
+            out["scaleDownSince"] = min(down.since.values())  # the first due: what one timestamp can say
         if short is not None and short.since is not None:
             out["belowMinSince"] = short.since
     if before.get("wantedWorkers") not in (None, p.wanted_workers):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from disttrain.api.constants import MANAGED_BY_MULTIKUEUE
 from disttrain.api.objects import PodKey
 from disttrain.api.status import Phase, set_condition, timestamp
 from disttrain.decide import queueing
@@ -105,14 +106,17 @@ def shrink(p: Pass, workload: ObservedWorkload) -> None:
     for a scale-down (KEP-77, workloadslicing.go; its webhook allows only a smaller count), and
     Kueue counts the smaller. Issue 31: the job kept all its quota until it ended."""
     names = [name for name, _ in workload.podset_counts]
-    if elastic.settings(p.spec) is None or "worker" not in names:
+    # On a MultiKueue manager a smaller count would read to Kueue as a Workload out of sync with its
+    # worker's copy (ours are not its elastic-job Workloads), which it deletes and dispatches afresh.
+    if elastic.settings(p.spec) is None or "worker" not in names or p.spec.managed_by == MANAGED_BY_MULTIKUEUE:
         return
     index = names.index("worker")
     count = workload.podset_counts[index][1]
-    if p.wanted_workers >= count or any(pod.replica_type == "worker" and pod.index >= p.wanted_workers
-                                        for pod in p.own):
-        return
-    p.plan.workload.append(WorkloadOp("json-patch", workload.name, {"patch": [
+    assert p.spec.mpi is not None
+    if p.spec.mpi.worker.replicas >= count or any(pod.replica_type == "worker" and pod.index >= p.wanted_workers
+                                                  for pod in p.own):
+        return  # not scaled down (fewer admitted than asked is Kueue's partial admission), or not yet gone
+    p.plan.workload.append(WorkloadOp("json-patch", workload.name, {"patch": [  # count: wanted <= replicas
         {"op": "test", "path": "/metadata/resourceVersion", "value": workload.resource_version},
         {"op": "test", "path": f"/spec/podSets/{index}/name", "value": "worker"},
         {"op": "replace", "path": f"/spec/podSets/{index}/count", "value": p.wanted_workers}]}))

@@ -47,10 +47,11 @@ class Reason(StrEnum):
     INVALID_OBJECT = "InvalidObject"  # the API server rejects a supporting object the operator made
     OBJECT_NOT_OWNED = "ObjectNotOwned"
     GANG_UNAVAILABLE = "GangUnavailable"
+    WORKLOAD_FINISHED = "WorkloadFinished"  # MultiKueue: Kueue finished the Workload with no verdict copied
 
 
 FAILURES = frozenset({Reason.REPLICA_FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, Reason.DEADLINE_EXCEEDED,
                       Reason.INVALID_SPEC, Reason.INVALID_POD_TEMPLATE, Reason.INVALID_OBJECT, Reason.OBJECT_NOT_OWNED,
-                      Reason.GANG_UNAVAILABLE})
+                      Reason.GANG_UNAVAILABLE, Reason.WORKLOAD_FINISHED})
 RESTARTS = frozenset({Reason.POD_FAILED, Reason.POD_DELETED, Reason.BELOW_MIN_REPLICAS})
 REFUSED = frozenset({Reason.POD_CREATE_REFUSED, Reason.CREATE_REFUSED})  # waited out: create_refusals.py

@@ -17,7 +17,7 @@ only decides what that script prints, from the pods as they are (never from memo
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from disttrain.api.constants import JOB_NAME_LABEL, REPLICA_TYPE_LABEL
@@ -73,17 +73,37 @@ def timer(started: str | None, now: datetime.datetime, active: bool, seconds: in
     return Timer(since, (begun + datetime.timedelta(seconds=seconds) - now).total_seconds())
 
 
-def scale_down(spec: JobSpec, live: Sequence[ObservedPod], wanted: int, started: str | None,
-               now: datetime.datetime) -> tuple[Timer, list[ObservedPod]]:
-    """The scale-down wait, and the workers to delete now: those above the wanted count once it is
-    over, and at once any of them that has already ended (nothing left to drain)."""
+@dataclass(frozen=True)
+class Leaving:
+    """The workers above the wanted count: since when each left discovery (kept in the status), the
+    seconds until the next of them is due (None: none waits), and those to delete now."""
+    since: dict[str, str]  # pod name -> when it left discovery
+    next_due: float | None
+    going: list[ObservedPod]
+
+
+def scale_down(spec: JobSpec, live: Sequence[ObservedPod], wanted: int, started: Mapping[str, str],
+               now: datetime.datetime, legacy: str | None = None) -> Leaving:
+    """Each leaving worker waits scaleDownDelaySeconds from when it left discovery, on a timer of
+    its own (issue 31: 4 -> 3 at T and 3 -> 2 at T+25 s deleted worker-2 at T+30 s, five seconds
+    after it left, on the first one's timer); one that has ended already goes at once (nothing
+    left to drain). `legacy`: the one scaleDownSince of a status written before per-worker timers."""
     elastic = settings(spec)
     assert elastic is not None
     leaving = [p for p in live if surplus(spec, p, wanted)]
     running = [p for p in leaving if p.phase not in ("Succeeded", "Failed")]
-    wait = timer(started, now, bool(running), elastic.scale_down_delay_seconds)
-    ended = [p for p in leaving if p not in running]
-    return wait, (leaving if running and wait.left <= 0 else ended)
+    since: dict[str, str] = {}
+    going = [p for p in leaving if p not in running]
+    next_due: float | None = None
+    for pod in running:
+        wait = timer(started.get(pod.name) or (None if started else legacy), now, True,
+                     elastic.scale_down_delay_seconds)
+        if wait.left <= 0:
+            going.append(pod)
+            continue
+        since[pod.name] = str(wait.since)
+        next_due = wait.left if next_due is None else min(next_due, wait.left)
+    return Leaving(since, next_due, going)
 
 
 def short_of_min(spec: JobSpec, live: Sequence[ObservedPod], wanted: int, started: str | None, running: bool,
