@@ -207,7 +207,8 @@ def test_pods_ready_on_the_manager_counts_what_kueue_admitted_not_the_spec() -> 
             {"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True"}],
             "admission": {"clusterQueue": "cq", "podSetAssignments": [
                 {"name": "launcher", "count": 1, "flavors": {}}, {"name": "worker", "count": 3, "flavors": {}}]}}})
-    copied = {**WORKERS, "replicaStatuses": {"launcher": {"active": 1, "ready": 1}, "worker": {"active": 3, "ready": 3}}}
+    copied = {**WORKERS, "replicaStatuses": {"launcher": {"active": 1, "ready": 1},
+                                             "worker": {"active": 3, "ready": 3}}}
     plan = manager(copied, wl, spec=spec)
     assert [(op.body["type"], op.body["status"]) for op in plan.workload] == [("PodsReady", "True")]
 
