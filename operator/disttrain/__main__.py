@@ -76,7 +76,7 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--lease-name", default="disttrain-operator")
     run.add_argument("--lease-duration", type=int, default=15, help="seconds before a standby takes over")
     run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
-    run.add_argument("--health-port", type=int, default=0, help="serve liveness at :PORT/healthz")
+    run.add_argument("--health-port", type=int, default=0, help="serve /healthz (liveness, standing by included) and /readyz (the leader) on this port")
     run.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
     run.add_argument("--resync-seconds", type=float, default=300.0, help="seconds between re-lists of the pods")
     run.add_argument("--progress-port", type=int, default=0,
@@ -175,7 +175,11 @@ def _run(args: argparse.Namespace) -> int:
     import asyncio
 
     from disttrain.apiserver.credentials import login
+    from disttrain.runtime.health import Health
 
+    health = Health()  # answers the probes from now on, standing by included (runtime/health.py)
+    if args.health_port:
+        health.serve(args.health_port)
     if _refused_by_version():
         return 1
     if args.metrics_port:
@@ -185,11 +189,12 @@ def _run(args: argparse.Namespace) -> int:
         from disttrain.runtime.leader import lead
 
         lead(args.leader_election_namespace, args.lease_name, identity, login, args.lease_duration)
+    health.lead()
     from disttrain.runtime.preflight import wait_for_crd
 
     asyncio.run(wait_for_crd(logging.getLogger("disttrain"), login))
     memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds, namespaces=list(args.namespace),
-                     progress=_progress_settings(args))
+                     progress=_progress_settings(args), health=health)
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,
@@ -197,7 +202,6 @@ def _run(args: argparse.Namespace) -> int:
         # Given, not guessed: kopf's own guess asks for the user's name, and a container run as
         # an arbitrary UID (the chart's 65532, OpenShift's) has none: the operator died at start.
         identity=identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str it doesn't export
-        liveness_endpoint=f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None,
         memo=memo,
     )
     return 0

@@ -217,11 +217,15 @@ def test_watch_namespaces_leaves_other_namespaces_alone(cluster: Cluster, tmp_pa
 
 def test_two_replicas_elect_one_leader_and_fail_over(cluster: Cluster, namespace: str, tmp_path: Path,
                                                      operator: OperatorProcess) -> None:
+    from ports import free_port
+
     operator.stop()
     lease = f"dt-{namespace}"
     args = ("--leader-election", "--leader-election-namespace", namespace, "--lease-name", lease,
             "--lease-duration", "6")
-    replicas = [OperatorProcess(cluster, tmp_path / f"replica-{i}.log", args) for i in range(2)]
+    ports = [free_port(), free_port()]
+    replicas = [OperatorProcess(cluster, tmp_path / f"replica-{i}.log", (*args, "--health-port", str(ports[i])))
+                for i in range(2)]
     try:
         for replica in replicas:
             replica.start()
@@ -229,11 +233,17 @@ def test_two_replicas_elect_one_leader_and_fail_over(cluster: Cluster, namespace
                  and any("standing by" in r.log() for r in replicas), 60, "one leader, one standby")
         leader = next(r for r in replicas if "became the leader" in r.log())
         standby = next(r for r in replicas if r is not leader)
+        # The chart's probes: a standby is alive (issue 31: it served nothing, and its liveness probe
+        # restarted it every ~70 s) but not ready; the leader is both.
+        leader_port, standby_port = (ports[replicas.index(r)] for r in (leader, standby))
+        wait_for(lambda: probe(leader_port, "/readyz") == 200, 30, "the leader ready")
+        assert (probe(standby_port, "/healthz"), probe(standby_port, "/readyz")) == (200, 503)
         cluster.apply(mwms_job("elected", workers=2), namespace)
         wait_pods_running(cluster, namespace, "elected", 2)
         assert "job-name=elected" not in standby.log()
         leader.kill()  # no chance to hand over: the standby takes the Lease once it expires
         wait_for(lambda: "became the leader" in standby.log(), 60, "the standby to take over")
+        wait_for(lambda: probe(standby_port, "/readyz") == 200, 30, "the new leader ready")
         cluster.finish_pod(namespace, "elected-worker-0", 0)
         cluster.wait_phase(namespace, "elected", "Succeeded")
         holder = cluster.kubectl("get", "lease", lease, "-n", namespace, "-o",
@@ -243,6 +253,20 @@ def test_two_replicas_elect_one_leader_and_fail_over(cluster: Cluster, namespace
         for replica in replicas:
             replica.stop()
         operator.start()
+
+
+def probe(port: int, path: str) -> int:
+    """The status of a GET, as a kubelet's httpGet probe reads it (0: nothing listening)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError:
+        return 0
 
 
 def test_health_and_metrics_endpoints(cluster: Cluster, namespace: str, tmp_path: Path,

@@ -24,6 +24,7 @@ from disttrain.control.status_writes import REPORTED_PROGRESS_INTERVAL
 from disttrain.control.tombstones import RESYNC_SECONDS
 from disttrain.decide.queueing import ObservedWorkload, observe_workload
 from disttrain.runtime import metrics, serving_cert
+from disttrain.runtime.health import BEAT_SECONDS, Health
 from disttrain.runtime.memory import trim_when_quiet
 from disttrain.watch.podwatch import PodWatch, exact_names
 from disttrain.watch.progress_desk import ProgressDesk
@@ -88,6 +89,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     memo["controller"] = controller
     memo["tasks"] = [asyncio.create_task(pods.run(), name="pod watch"),
                      asyncio.create_task(trim_when_quiet(lambda: controller.queue.handled), name="trim")]
+    if (health := memo.get("health")) is not None:
+        memo["tasks"].append(asyncio.create_task(beat(health), name="health"))
     if progress and cert:
         endpoint = memo["progress_endpoint"] = EndpointProcess(
             progress.port, ProgressDesk(pods, controller.progress, controller.role_of),
@@ -96,6 +99,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     # No job is reconciled before its pods are known: against an empty index it would make them again.
     await pods.synced.wait()
     controller.start()
+
+
+async def beat(health: Health) -> None:
+    """The event loop runs: what /healthz and /readyz read (runtime/health.py)."""
+    while True:
+        health.beat()
+        await asyncio.sleep(BEAT_SECONDS)
 
 
 @kopf.on.cleanup()
