@@ -76,7 +76,8 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--lease-name", default="disttrain-operator")
     run.add_argument("--lease-duration", type=int, default=15, help="seconds before a standby takes over")
     run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
-    run.add_argument("--health-port", type=int, default=0, help="serve /healthz (liveness, standing by included) and /readyz (the leader) on this port")
+    run.add_argument("--health-port", type=int, default=0,
+                     help="serve /healthz (alive, standing by included) and /readyz (the leader) on this port")
     run.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
     run.add_argument("--resync-seconds", type=float, default=300.0, help="seconds between re-lists of the pods")
     run.add_argument("--progress-port", type=int, default=0,

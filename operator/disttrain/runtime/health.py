@@ -54,7 +54,7 @@ class Health:
         health = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+            def do_GET(self) -> None:  # http.server's name
                 status, text = health.answer(self.path.split("?")[0])
                 body = text.encode()
                 self.send_response(status)
