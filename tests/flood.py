@@ -5,7 +5,8 @@ and wait. Bounded in count and time; only loopback or a test pod's own target is
     python tests/flood.py HOST PORT --connections 2500 --seconds 60 [--sources 127.0.0.2-50]
 
 `--sources` spreads the connections over loopback source addresses (a flood from many pods);
-it prints one JSON line at the end: connections opened, closed by the endpoint, and still open.
+it prints one JSON line at the end (or when sent SIGTERM): connections opened, failed to open,
+closed by the endpoint, and held open to the end.
 Used by tests/unit/test_progress_process.py, tests/integration/test_progress_flood.py and
 tests/chaos (make chaos).
 """
@@ -15,7 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
+import signal
 import ssl
 import sys
 import time
@@ -59,6 +62,11 @@ async def flood(host: str, port: int, connections: int, seconds: float, spread: 
                 handshake: bool) -> dict[str, int]:
     tally = {"opened": 0, "failed": 0, "closed": 0, "held": 0}
     until = time.monotonic() + seconds
+
+    def told_to_stop() -> None:  # SIGTERM: the tally so far, then out
+        print(json.dumps(tally), flush=True)
+        os._exit(0)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, told_to_stop)
     tasks = []
     for n in range(connections):
         tasks.append(asyncio.create_task(one(host, port, spread[n % len(spread)], handshake, until, tally)))

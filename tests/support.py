@@ -234,12 +234,13 @@ def rendered_dashboard() -> dict[str, Any]:
 
 
 def chart_identity(cluster: Cluster, tmp: Path) -> Cluster:
-    """The chart's ServiceAccount and RBAC (not its Deployment) applied in OPERATOR_NAMESPACE, and
-    the cluster as seen with that account's token: what the chart's operator pod may do."""
+    """The chart's ServiceAccount, RBAC and the policy narrowing its pod patches (not its Deployment)
+    applied in OPERATOR_NAMESPACE, and the cluster as seen with that account's token: what the chart's
+    operator pod may do."""
     cluster.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
     rendered = helm(cluster, "template", OPERATOR_RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
                     "--kube-version", "1.36.3", "--show-only", "templates/serviceaccount.yaml",
-                    "--show-only", "templates/rbac.yaml")
+                    "--show-only", "templates/rbac.yaml", "--show-only", "templates/pod-patch-policy.yaml")
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=rendered)
     kubeconfig = service_account_kubeconfig(cluster, tmp / "operator.kubeconfig", OPERATOR_NAMESPACE,
                                             OPERATOR_SERVICE_ACCOUNT)

@@ -95,6 +95,10 @@ def test_kueue_rbac_grants_kueue_what_multikueue_does_on_our_kind(crd: Cluster) 
                            "-n", "default", "--as", kueue, check=False).stdout.strip() == "yes"
         assert crd.kubectl("auth", "can-i", "delete", "pods", "-n", "default", "--as", kueue,
                            check=False).stdout.strip() == "no", "nothing but our kind"
+        # Issue 31: nothing the adapter doesn't call (it never updates or patches a job's spec).
+        for verb, sub in (("update", ()), ("patch", ()), ("update", ("--subresource=status",))):
+            assert crd.kubectl("auth", "can-i", verb, "disttrainjobs.disttrain.dev", *sub, "-n", "default",
+                               "--as", kueue, check=False).stdout.strip() == "no", (verb, sub)
     finally:
         crd.kubectl("delete", "-f", "-", input=rendered, check=False)
 
@@ -316,3 +320,28 @@ def test_health_and_metrics_endpoints(cluster: Cluster, namespace: str, tmp_path
     finally:
         served.stop()
         operator.start()
+
+
+def test_the_operator_may_patch_a_pod_only_for_its_discovery_annotation(cluster: Cluster, namespace: str,
+                                                                         operator: OperatorProcess) -> None:
+    """Issue 31: RBAC grants `patch` on pods whole and cluster-wide, for one annotation on a
+    launcher. The chart's policy (templates/pod-patch-policy.yaml, applied with the session's RBAC)
+    lets the operator's ServiceAccount change that annotation on a DistTrainJob's pod, and nothing
+    else of it, nor anything of any other pod."""
+    as_operator = operator.cluster  # the chart's ServiceAccount's token (conftest: chart_identity)
+    cluster.apply(mwms_job("patched", workers=2), namespace)
+    wait_pods_running(cluster, namespace, "patched", 2)
+    cluster.kubectl("run", "bare", "-n", namespace, "--image", "busybox", "--restart", "Never")  # any pod
+
+    def change(pod: str, *what: str) -> subprocess.CompletedProcess[str]:
+        return as_operator.kubectl(what[0], "pod", pod, "-n", namespace, "--overwrite", *what[1:], check=False)
+
+    allowed = change("patched-worker-0", "annotate", "disttrain.dev/discovery=abc")
+    assert allowed.returncode == 0, allowed.stderr
+    for pod, what in (("patched-worker-0", ("label", "stolen=yes")),
+                      ("patched-worker-0", ("annotate", "other=1")),
+                      ("bare", ("annotate", "disttrain.dev/discovery=abc"))):
+        refused = change(pod, *what)
+        assert refused.returncode != 0, f"{pod} {what}: allowed"
+        assert "ValidatingAdmissionPolicy" in refused.stderr and "the disttrain operator" in refused.stderr, \
+            refused.stderr

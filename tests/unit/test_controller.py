@@ -448,3 +448,22 @@ def test_a_disrupted_pod_is_judged_the_same_when_its_deletion_arrives_first(phas
         assert (h.status()["phase"], h.status()["reason"]) == ("Failed", "ReplicaFailed"), h.status()
         assert reason in h.status()["message"]
     run(scenario)
+
+
+def test_who_reports_is_read_off_the_indexed_job_and_its_uid() -> None:
+    """The progress desk asks Controller.role_of (issue 31: every endpoint test stubbed it, so its
+    owner-uid check had no test): a job's worker 0 reports its training, worker 1 nothing, and a
+    pod of an earlier job under the same name (another uid) nothing at all."""
+    from disttrain.api.objects import PodKey
+    from disttrain.api.progress import Role
+    from manifests import mwms_job
+
+    h = Harness(mwms_job("mnist", workers=2))
+
+    def pod(index: int, owner: str = "uid-1") -> ObservedPod:
+        return ObservedPod.expected(f"mnist-worker-{index}", PodKey("worker", index), owner, f"p{index}")
+
+    assert h.controller.role_of(KEY, pod(0)) is Role.TRAINING
+    assert h.controller.role_of(KEY, pod(1)) is None
+    assert h.controller.role_of(KEY, pod(0, owner="uid-of-an-earlier-job")) is None
+    assert h.controller.role_of(("ml", "gone"), pod(0)) is None

@@ -179,12 +179,27 @@ def test_an_unreachable_operator_never_holds_training_back(tmp_path: Path, cert:
     assert not reporter.flush(0.5)
 
 
-def test_outside_a_reporting_pod_it_does_nothing(tmp_path: Path) -> None:
-    reporter = disttrain_progress.Reporter(str(tmp_path))
-    assert not reporter.enabled
-    reporter.report(epoch=1)
-    assert reporter.flush(0.1)
-    assert disttrain_progress.for_rank(1).report(epoch=1) is None and not disttrain_progress.for_rank(1).enabled
+def test_outside_a_reporting_pod_and_off_rank_0_nothing_is_sent(tmp_path: Path, cert: serving_cert.ServingCert,
+                                                                endpoint: Endpoint) -> None:
+    """A process with no progress volume (not a reporting pod), and every Horovod rank but 0, send
+    nothing and start no thread (issue 31: this test asserted a method that always returns None and
+    a flush that is true whenever nothing is pending)."""
+    outside = disttrain_progress.Reporter(str(tmp_path / "no-volume"))
+    outside.report(epoch=1)
+    assert not outside.enabled and outside._thread is None
+    saved = disttrain_progress._default
+    try:
+        disttrain_progress._default = disttrain_progress.Reporter(str(volume(tmp_path, cert, endpoint.port)),
+                                                                  min_interval=0.05)
+        for rank in (3, 2, 1):
+            disttrain_progress.for_rank(rank).report(epoch=rank)
+        time.sleep(0.3)
+        assert endpoint.received == [], "ranks other than 0 sent nothing"
+        disttrain_progress.for_rank(0).report(epoch=9)
+        assert disttrain_progress.flush(5.0)
+        assert [body["epoch"] for _, body in endpoint.received] == [9], "rank 0 reports"
+    finally:
+        disttrain_progress._default = saved
 
 
 def test_the_client_needs_only_the_standard_library() -> None:

@@ -1,0 +1,101 @@
+"""The progress endpoint's flood on the real plane (issue 31, item 1): 2,500 TLS connections that
+send half a request line and wait, from 89 loopback addresses (many pods), held open while 20 jobs
+are applied, run and succeed. Before, the endpoint ran in the controller's process and loop: the
+same flood grew it from 51 to 897 MB, past the chart's 512 Mi limit. Now the endpoint is a process
+of its own with a memory bound and bounded connections; this test reads both processes' memory
+before, during and after, and times every job against the same 20 without the flood."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from manifests import mwms_job
+from support import Cluster, OperatorProcess, wait_pods_running
+
+FLOOD = Path(__file__).resolve().parents[1] / "flood.py"
+JOBS, CONNECTIONS = 20, 2500
+ENDPOINT_BOUND_MIB, CONTROLLER_LIMIT_MIB = 256, 512  # --progress-memory-mib's default; the chart's limit
+
+
+def rss_mib(pid: int) -> float:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in text.splitlines() if line.startswith("VmRSS:")), 0.0)
+
+
+def endpoint_pid(operator: OperatorProcess) -> int:
+    assert operator.proc is not None
+    children = Path(f"/proc/{operator.proc.pid}/task/{operator.proc.pid}/children").read_text().split()
+    for child in children:
+        if "progress_endpoint" in Path(f"/proc/{child}/cmdline").read_text(errors="replace"):
+            return int(child)
+    raise AssertionError(f"no progress endpoint among the operator's children {children}")
+
+
+def progress_port(operator: OperatorProcess) -> int:
+    args = list(operator.extra_args)
+    return int(args[args.index("--progress-port") + 1])
+
+
+def run_jobs(cluster: Cluster, namespace: str, prefix: str) -> dict[str, float]:
+    """20 jobs from apply to Succeeded (KWOK pods: worker 0 is ended by the test); seconds each."""
+    started = time.monotonic()
+    for i in range(JOBS):
+        cluster.apply(mwms_job(f"{prefix}{i}", workers=2), namespace)
+    for i in range(JOBS):
+        wait_pods_running(cluster, namespace, f"{prefix}{i}", 2)
+    for i in range(JOBS):
+        cluster.finish_pod(namespace, f"{prefix}{i}-worker-0", 0)
+    took = {}
+    for i in range(JOBS):
+        cluster.wait_phase(namespace, f"{prefix}{i}", "Succeeded")
+        took[f"{prefix}{i}"] = time.monotonic() - started
+    return took
+
+
+def test_a_connection_flood_never_slows_reconciling(cluster: Cluster, operator: OperatorProcess,
+                                                    namespace: str) -> None:
+    controller, endpoint = operator.proc.pid if operator.proc else 0, endpoint_pid(operator)
+    calm = run_jobs(cluster, namespace, "calm")
+    before = {"controller": rss_mib(controller), "endpoint": rss_mib(endpoint)}
+    flood = subprocess.Popen([sys.executable, str(FLOOD), "127.0.0.1", str(progress_port(operator)),
+                              "--connections", str(CONNECTIONS), "--seconds", "150", "--sources", "127.0.0.2-90"],
+                             stdout=subprocess.PIPE, text=True)
+    peak = dict(before)
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set():
+            peak["controller"] = max(peak["controller"], rss_mib(controller))
+            peak["endpoint"] = max(peak["endpoint"], rss_mib(endpoint))
+            time.sleep(0.25)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        time.sleep(20)  # the flood at its height: every connection it may hold is held
+        during = {"controller": rss_mib(controller), "endpoint": rss_mib(endpoint)}
+        flooded = run_jobs(cluster, namespace, "flooded")
+    finally:
+        flood.terminate()
+        out = flood.communicate(timeout=60)[0].strip()
+        sampling.set()
+        sampler.join()
+    tally = json.loads(out.splitlines()[-1]) if out else {}
+    time.sleep(5)
+    after = {"controller": rss_mib(controller), "endpoint": rss_mib(endpoint)}
+    print(f"\nflood of {CONNECTIONS} connections: {tally}")
+    print(f"RSS MiB  before {before}\n         during {during}\n         peak   {peak}\n         after  {after}")
+    print(f"{JOBS} jobs apply -> Succeeded: calm {max(calm.values()):.1f}s, flooded {max(flooded.values()):.1f}s")
+    assert tally.get("opened", 0) > 0, "the flood reached the endpoint"
+    assert peak["controller"] - before["controller"] < 64, "the controller's memory is not the flood's"
+    assert peak["controller"] < CONTROLLER_LIMIT_MIB and peak["endpoint"] < ENDPOINT_BOUND_MIB + 32
+    assert max(flooded.values()) < 2 * max(calm.values()) + 30, "every job on time under the flood"
+    assert endpoint_pid(operator) == endpoint, "the endpoint held its bound without being restarted"
