@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -53,6 +55,7 @@ from bench_observe import (  # noqa: E402
 )
 from bench_plain import PlainClient  # noqa: E402
 from bench_report import write_results  # noqa: E402
+from crdserved import served  # noqa: E402
 from kwokpods import ended_otherwise  # noqa: E402
 from localcluster import LocalCluster  # noqa: E402
 from ports import free_port  # noqa: E402
@@ -433,17 +436,9 @@ def main() -> int:
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
         crd = str(REPO / "crds" / "disttrainjobs.disttrain.dev.yaml")
         subprocess.run([kubectl, "apply", "--server-side", "-f", crd], env=env, check=True, capture_output=True)
-        for _ in range(60):
-            established = subprocess.run([kubectl, "wait", "--for=condition=Established", "--timeout=10s",
-                                          "crd/disttrainjobs.disttrain.dev"], env=env, capture_output=True)
-            if established.returncode == 0:
-                break
-            time.sleep(0.5)
-        for _ in range(120):  # and served: its watch cache answers 429 until it has listed (tests/support.py)
-            if subprocess.run([kubectl, "get", "--raw", "/apis/disttrain.dev/v1/disttrainjobs?resourceVersion=0"],
-                              env=env, capture_output=True).returncode == 0:
-                break
-            time.sleep(0.5)
+        crd_doc = yaml.safe_load(Path(crd).read_text())
+        cluster.wait("the DistTrainJob CRD served", lambda: served(functools.partial(cluster.api, "GET"), crd_doc),
+                     time.monotonic() + 120)
         op_env = {**env, "KUBECONFIG": str(cluster.user_kubeconfig(OPERATOR_USER, ["system:masters"]))}
         log = open(root / "operator.log", "wb")  # noqa: SIM115 - the child writes to it
         # Progress reports served as the chart does (issue 23): its pods carry the endpoint's address and CA.

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from crdserved import served
 from ports import free_port
 
 SP_SCHEDULER = "scheduler-plugins-scheduler"
@@ -86,21 +87,16 @@ def start(plane: Plane, bin_dir: Path, deadline: float) -> None:
 
 
 def install_crds(plane: Plane, folders: list[Path], deadline: float) -> None:
-    """Create every CustomResourceDefinition in `folders` and wait until each is established."""
-    names = []
+    """Create every CustomResourceDefinition in `folders` and wait until each is served (crdserved.py)."""
+    crds = []
     for path in sorted(p for folder in folders for p in folder.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "CustomResourceDefinition":
                 plane.api("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
-                names.append(doc["metadata"]["name"])
-    for name in names:
-        plane.wait(f"CRD {name} established", functools.partial(established, plane, name), deadline, 0.1)
-
-
-def established(plane: Any, name: str) -> bool:
-    crd = plane.api("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-    conditions = (crd.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+                crds.append(doc)
+    for crd in crds:
+        plane.wait(f"CRD {crd['metadata']['name']} served",
+                   functools.partial(served, functools.partial(plane.api, "GET"), crd), deadline, 0.1)
 
 
 def open_volcano_queue(plane: Plane, deadline: float) -> None:

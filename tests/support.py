@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from crdserved import served
 from kwokpods import finish_pod
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -248,18 +249,13 @@ def chart_identity(cluster: Cluster, tmp: Path) -> Cluster:
 
 
 def install_crd(cluster: Cluster) -> None:
-    """The DistTrainJob CRD, applied and established."""
+    """The DistTrainJob CRD, applied and served (hack/crdserved.py: established is not served)."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    established = "{.status.conditions[?(@.type=='Established')].status}"
-    wait_for(lambda: cluster.kubectl("get", "crd/disttrainjobs.disttrain.dev", "-o",
-                                     f"jsonpath={established}").stdout == "True", 60, "CRD established")
-    # Established is not served: until the API server's watch cache for the new resource has
-    # listed it, lists and watches answer 429 'storage is (re)initializing' (CI saw kopf log that
-    # as an ERROR on its first list). A list at resourceVersion=0 without a limit is answered from
-    # that cache only (with a limit it would go to etcd: apiserver's cacher/delegator.go), so its
-    # success says the operator's first list and watch will be served too.
-    wait_for(lambda: cluster.kubectl("get", "--raw", "/apis/disttrain.dev/v1/disttrainjobs?resourceVersion=0",
-                                     check=False).returncode == 0, 60, "the DistTrainJob watch cache ready")
+    crd = yaml.safe_load(CRD_FILE.read_text())
+
+    def get(api_path: str) -> Any:
+        return json.loads(cluster.kubectl("get", "--raw", api_path).stdout or "null")
+    wait_for(lambda: served(get, crd), 60, "the DistTrainJob CRD served")
 
 
 def wait_namespace_ready(cluster: Cluster, namespace: str) -> None:

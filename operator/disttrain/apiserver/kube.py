@@ -15,7 +15,16 @@ import msgspec
 from disttrain.api.constants import API_VERSION, FIELD_MANAGER, GROUP, JOB_NAME_LABEL, KIND, PLURAL, VERSION
 from disttrain.api.status import timestamp
 from disttrain.apiserver.api_errors import REFUSALS, ErrorKind, classify
-from disttrain.apiserver.rest import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, PARTIAL_METADATA, ApiError, Rest, path
+from disttrain.apiserver.rest import (
+    APPLY_PATCH,
+    JSON_PATCH,
+    MERGE_PATCH,
+    PARTIAL_METADATA,
+    ApiError,
+    Rest,
+    list_pages,
+    path,
+)
 
 # The resource names of the kinds the operator writes or reads. ResourceFlavor and
 # WorkloadPriorityClass are cluster-scoped.
@@ -120,13 +129,10 @@ class Kube:
         params = {"labelSelector": JOB_NAME_LABEL, "limit": str(UID_PAGE)}
         accept = PARTIAL_METADATA.replace("PartialObjectMetadata", "PartialObjectMetadataList")
         uids: set[str] = set()
-        while True:
-            page = _uid_page.decode(await self.rest.request("GET", path("v1", "pods", namespace), params=params,
-                                                            accept=accept, raw=True))
+        async for page in list_pages(self.rest, path("v1", "pods", namespace), params, _uid_page.decode,
+                                     lambda page: page.metadata.continue_, accept=accept):
             uids.update(item.metadata.uid for item in page.items or ())
-            if not page.metadata.continue_:
-                return uids
-            params = {**params, "continue": page.metadata.continue_}
+        return uids
 
     async def namespace_terminating(self, namespace: str) -> bool | None:
         """True if the namespace is being deleted (or is gone), False if active, None if we may not ask."""

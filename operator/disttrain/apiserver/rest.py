@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
@@ -67,6 +67,24 @@ def _uses_proxy_env() -> bool:
     """aiohttp with trust_env looks for proxy variables and reads ~/.netrc on every request, in a
     thread (3% of the operator's CPU in a burst, profiled): only where a proxy variable is set."""
     return any(os.environ.get(v) or os.environ.get(v.lower()) for v in PROXY_ENV)
+
+
+Page = TypeVar("Page")
+
+
+async def list_pages(rest: Rest, url_path: str, params: Mapping[str, str], decode: Callable[[bytes], Page],
+                     more: Callable[[Page], str], accept: str = JSON) -> AsyncIterator[Page]:
+    """A paged list's pages, each decoded by `decode`, following the `continue` token `more` reads
+    off each (the pages are one snapshot: a continue token lists at the first page's
+    resourceVersion). The pod watch's list and the resync's both page through this."""
+    asked = dict(params)
+    while True:
+        page = decode(await rest.request("GET", url_path, params=asked, accept=accept, raw=True))
+        yield page
+        token = more(page)
+        if not token:
+            return
+        asked["continue"] = token
 
 
 class Rest:

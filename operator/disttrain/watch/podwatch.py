@@ -24,7 +24,7 @@ from typing import Any
 from disttrain.api.constants import GROUP, JOB_NAME_LABEL, KIND
 from disttrain.api.objects import controller_of
 from disttrain.api.observed import ObservedPod, observe_pod
-from disttrain.apiserver.rest import ApiError, Rest, path
+from disttrain.apiserver.rest import ApiError, Rest, list_pages, path
 from disttrain.apiserver.retries import TRANSIENT
 from disttrain.watch.pod_events import decode_event, decode_list
 
@@ -131,16 +131,14 @@ class PodWatch:
         """Every pod of ours in `scope`, paged; what was held there and is absent now is dropped."""
         found: dict[JobKey, dict[str, ObservedPod]] = {}
         params = {"labelSelector": JOB_NAME_LABEL, "limit": str(PAGE)}
-        while True:
-            page = await self.rest.request("GET", path("v1", "pods", scope), params=params, raw=True)
-            pods, version, more = decode_list(page)
+        version = ""
+        async for pods, listed_at, _ in list_pages(self.rest, path("v1", "pods", scope), params, decode_list,
+                                                   lambda page: page[2]):
+            version = listed_at  # every page's is the first's: one snapshot
             for pod in pods:
                 key = self._key(pod.get("metadata") or {})
                 if key is not None:
                     found.setdefault(key, {})[pod["metadata"]["uid"]] = observe_pod(pod)
-            if not more:
-                break
-            params["continue"] = more
         self._replace(scope, found)
         return version
 
