@@ -17,8 +17,8 @@ from bench_observe import PLAIN_LABEL, watch_forever
 from disttrain.api.constants import REPLICA_TYPE_LABEL
 from disttrain.api.objects import JobRef
 from disttrain.api.spec import parse_spec
-from disttrain.build.desired import job_pod, supporting_objects
-from disttrain.build.pods import desired_pod_keys
+from disttrain.builders.desired import job_pod, supporting_objects
+from disttrain.builders.pods import desired_pod_keys
 
 WORKERS = 16  # the operator's default --workers
 

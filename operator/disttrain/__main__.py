@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(crd_yaml())
         return 0
     if args.command == "render":
-        from disttrain.build.render import render
+        from disttrain.builders.render import render
 
         text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
         sys.stdout.write(render(text))

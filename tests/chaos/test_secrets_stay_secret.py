@@ -13,7 +13,7 @@ import sys
 import yaml
 from chaos_support import mpi_small
 
-from disttrain.build.mpi import SSH_KEY
+from disttrain.builders.mpi import SSH_KEY
 from support import Cluster, OperatorProcess, wait_for, wait_pods_running
 
 

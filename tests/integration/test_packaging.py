@@ -48,7 +48,7 @@ def test_the_light_install_is_the_client_logs_and_render(wheel: Path, tmp_path: 
     installed = sh(bin_ / "python", "-c", "import importlib.util as u, sys; print(','.join(m for m in sys.argv[1:] "
                    "if u.find_spec(m)))", *OPERATOR_ONLY).stdout.strip()
     assert installed == "", f"the light install brought in {installed}"
-    sh(bin_ / "python", "-c", "import disttrain.client, disttrain.client.joblogs, disttrain.build.render")
+    sh(bin_ / "python", "-c", "import disttrain.client, disttrain.client.joblogs, disttrain.builders.render")
     rendered = sh(bin_ / "disttrain", "render", ROOT / "examples" / "horovod" / "job.yaml").stdout
     assert "kind: Secret" in rendered and "<a private key made for this job by the operator>" in rendered
     run = sh(bin_ / "disttrain", "run", check=False)

@@ -38,9 +38,9 @@ import pytest
 
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.spec import parse_spec
-from disttrain.build import mpi
-from disttrain.build.desired import job_pod, supporting_objects
-from disttrain.build.naming import pod_fqdn, pod_name
+from disttrain.builders import mpi
+from disttrain.builders.desired import job_pod, supporting_objects
+from disttrain.builders.naming import pod_fqdn, pod_name
 from disttrain.control.ssh_keys import generate_ssh_keys
 
 pytestmark = pytest.mark.mpi

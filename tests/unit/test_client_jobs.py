@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from disttrain.api.crd import crd
-from disttrain.build.render import render_objects
+from disttrain.builders.render import render_objects
 from disttrain.client import (
     MPI,
     CleanPodPolicy,

@@ -109,7 +109,7 @@ def test_kubelet_restarts_of_deleted_pods_are_banked_once() -> None:
 def test_discover_hosts_follows_the_workers_after_an_operator_restart() -> None:
     """Issue 21, defect 9: the ConfigMap was kept current only for jobs this process had created
     something for (an in-memory set), so after a restart or failover discover_hosts.sh froze."""
-    from disttrain.build.mpi import DISCOVER_HOSTS
+    from disttrain.builders.mpi import DISCOVER_HOSTS
     from manifests import mpi_job
 
     def statuses(running: set[str]) -> None:

@@ -13,8 +13,8 @@ from test_reconcile import KEYS, NOW, pod
 from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import Gang, SpecError, parse_spec
-from disttrain.build import gang
-from disttrain.build.mpi import DISCOVER_HOSTS
+from disttrain.builders import gang
+from disttrain.builders.mpi import DISCOVER_HOSTS
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan
 from disttrain.decide.queueing import QueueState, observe_workload, pod_sets

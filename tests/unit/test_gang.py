@@ -12,9 +12,9 @@ import pytest
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import Gang, GangProvider, JobSpec, parse_spec
-from disttrain.build import gang
-from disttrain.build.desired import job_pod, supporting_objects
-from disttrain.build.gang import GroupStatus
+from disttrain.builders import gang
+from disttrain.builders.desired import job_pod, supporting_objects
+from disttrain.builders.gang import GroupStatus
 from disttrain.decide.passes import JobState
 from disttrain.decide.reconcile import reconcile
 from manifests import mpi_job, replica, tf_job
@@ -239,7 +239,7 @@ def test_a_kubernetes_gang_chosen_on_136_is_made_as_v1beta1_once_the_cluster_ser
 
 def test_a_137_group_takes_its_pods_priority_from_their_templates_too() -> None:
     """Issue 31: the 1.37 PodGroup took runPolicy's priorityClassName only: pods whose templates
-    name their own class (build/scheduling.py keeps it) went with a group of another priority, which
+    name their own class (builders/scheduling.py keeps it) went with a group of another priority, which
     the scheduler refuses. Members that differ are refused when the provider is chosen."""
     job = with_gang(tf_job("mnist", None, worker=replica(2, gpus=1)))
     job["spec"]["tensorflow"]["worker"]["template"]["spec"]["priorityClassName"] = "high"

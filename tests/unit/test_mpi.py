@@ -10,8 +10,8 @@ from cryptography.hazmat.primitives import serialization
 
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.spec import MPISpec, parse_spec
-from disttrain.build import mpi
-from disttrain.build.desired import job_pod, supporting_objects
+from disttrain.builders import mpi
+from disttrain.builders.desired import job_pod, supporting_objects
 from disttrain.control.ssh_keys import generate_ssh_keys
 
 REF = JobRef("hvd", "ml", "uid-9")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from disttrain.api.objects import JobRef
 from disttrain.api.spec import parse_spec
-from disttrain.build.network import policies
-from disttrain.build.render import render_objects
+from disttrain.builders.network import policies
+from disttrain.builders.render import render_objects
 from manifests import mpi_job, mwms_job
 
 REF = JobRef("mnist", "ml", "uid-1")

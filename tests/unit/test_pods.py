@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.spec import RestartScope, parse_spec
-from disttrain.build.desired import job_pod, supporting_objects
-from disttrain.build.pods import desired_pod_keys, omp_num_threads
+from disttrain.builders.desired import job_pod, supporting_objects
+from disttrain.builders.pods import desired_pod_keys, omp_num_threads
 from manifests import container, replica, tf_job
 
 REF = JobRef("mnist", "ml", "uid-1")

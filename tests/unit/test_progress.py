@@ -1,6 +1,6 @@
 """Training progress, the pure half: what a report may hold (api/progress.py), who reports
 (`reporter_role`), what status.progress says of it (decide/progress.py), and what a reporting pod
-is given (build/progress.py)."""
+is given (builders/progress.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.progress import AUDIENCE, Report, ReportError, Role, parse_report, reporter_role
 from disttrain.api.spec import parse_spec
 from disttrain.api.status import Phase
-from disttrain.build.desired import job_pod
-from disttrain.build.progress import PROGRESS_DIR, ProgressEndpoint
+from disttrain.builders.desired import job_pod
+from disttrain.builders.progress import PROGRESS_DIR, ProgressEndpoint
 from disttrain.decide.progress import MAX_HISTORY, ProgressState, Reported, human_duration, progress_status
 from manifests import mpi_job, mwms_job, replica, tf_job
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from disttrain.build.render import render, render_objects
+from disttrain.builders.render import render, render_objects
 from manifests import mpi_job, mwms_job
 
 

@@ -23,8 +23,8 @@ from disttrain.api.status import Phase, enter_phase, timestamp
 from disttrain.apiserver.kube import Conflict, NamespaceTerminating
 from disttrain.apiserver.kube_api import KubeAPI
 from disttrain.apiserver.retries import Explained
-from disttrain.build import mpi
-from disttrain.build.progress import ProgressEndpoint
+from disttrain.builders import mpi
+from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.children import Children
 from disttrain.control.expectations import Expectations
 from disttrain.control.groups import Groups

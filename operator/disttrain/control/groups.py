@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from disttrain.api.objects import JobRef, is_controlled_by
 from disttrain.api.spec import GangProvider
 from disttrain.api.status import FINISHED, Phase
-from disttrain.build import gang
-from disttrain.build.gang import GroupStatus
+from disttrain.builders import gang
+from disttrain.builders.gang import GroupStatus
 from disttrain.decide.passes import JobState
 from disttrain.runtime.clock import Clock
 

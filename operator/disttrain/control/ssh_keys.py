@@ -4,7 +4,7 @@ rest from it). Apart, so that what builds a job's objects, and `disttrain render
 
 from __future__ import annotations
 
-from disttrain.build.mpi import SSHKeys
+from disttrain.builders.mpi import SSHKeys
 
 
 def generate_ssh_keys(comment: str) -> SSHKeys:

@@ -14,11 +14,11 @@ from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import GangProvider, JobSpec, ReplicaType
 from disttrain.api.status import Phase, enter_phase, ready_column, replica_statuses, timestamp
-from disttrain.build import gang, mpi, scheduling
-from disttrain.build.gang import GroupStatus
-from disttrain.build.naming import pod_name
-from disttrain.build.pods import desired_pod_keys
-from disttrain.build.progress import ProgressEndpoint
+from disttrain.builders import gang, mpi, scheduling
+from disttrain.builders.gang import GroupStatus
+from disttrain.builders.naming import pod_name
+from disttrain.builders.pods import desired_pod_keys
+from disttrain.builders.progress import ProgressEndpoint
 from disttrain.decide.plan import Event, Plan
 from disttrain.decide.policies import cleanup, elastic
 from disttrain.decide.progress import ProgressState

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import GangProvider, ReplicaType, RestartScope
 from disttrain.api.status import FINISHED, Phase, set_condition, timestamp
-from disttrain.build import gang, mpi
-from disttrain.build.desired import job_pod, supporting_objects
+from disttrain.builders import gang, mpi
+from disttrain.builders.desired import job_pod, supporting_objects
 from disttrain.decide import dispatch_steps, elastic_steps, final_steps, queue_steps
 from disttrain.decide.passes import JobState, Pass
 from disttrain.decide.plan import Event, Plan

@@ -1,6 +1,6 @@
 """The progress endpoint's TLS: a CA of the operator's own and a serving certificate it signs,
 kept in a Secret so that every replica and every restart serves with the same CA (the pods were
-given it when they were made, build/progress.py).
+given it when they were made, builders/progress.py).
 
 The first operator to start makes them (P-256 keys; the CA for ten years, the certificate for
 one) and creates the Secret; one that finds the Secret keeps its CA, and signs a new serving

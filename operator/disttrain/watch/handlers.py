@@ -18,7 +18,7 @@ from disttrain.api.constants import GROUP, JOB_NAME_LABEL, PLURAL, VERSION
 from disttrain.apiserver import credentials
 from disttrain.apiserver.kube import Kube
 from disttrain.apiserver.rest import Rest
-from disttrain.build.progress import ProgressEndpoint
+from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.controller import Controller, JobKey
 from disttrain.control.status_writes import REPORTED_PROGRESS_INTERVAL
 from disttrain.control.tombstones import RESYNC_SECONDS

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import GangProvider, JobSpec, ReplicaType
-from disttrain.build import gang
-from disttrain.build.gang import GroupStatus
-from disttrain.build.naming import pod_name
+from disttrain.builders import gang
+from disttrain.builders.gang import GroupStatus
+from disttrain.builders.naming import pod_name
 from disttrain.decide.policies import startup
 from disttrain.decide.reasons import Reason
 

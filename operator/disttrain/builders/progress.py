@@ -20,7 +20,7 @@ from typing import Any
 from disttrain.api.constants import GROUP, PLURAL, VERSION
 from disttrain.api.objects import JobRef
 from disttrain.api.progress import AUDIENCE, Role
-from disttrain.build.pods import add_volumes, with_env
+from disttrain.builders.pods import add_volumes, with_env
 
 PROGRESS_DIR = f"/var/run/secrets/{GROUP}/progress"
 DIR_ENV = "DISTTRAIN_PROGRESS_DIR"

@@ -12,7 +12,7 @@ from typing import Any
 from disttrain.api.constants import TF_CONFIG_ENV
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.spec import ReplicaType, TensorFlowSpec
-from disttrain.build.naming import pod_fqdn
+from disttrain.builders.naming import pod_fqdn
 
 # The evaluator is not a member of the training cluster: it reads checkpoints and never serves.
 # Measured with TensorFlow 2.21 (tests/integration/test_real_tensorflow.py runs it this way):

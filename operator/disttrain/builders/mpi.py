@@ -12,9 +12,9 @@ from typing import Any
 
 from disttrain.api.objects import JobRef, PodKey, object_meta
 from disttrain.api.spec import MPIImplementation, MPISpec, ReplicaType
-from disttrain.build.naming import job_labels, pod_fqdn
-from disttrain.build.pods import add_volumes
-from disttrain.build.resources import template_gpus
+from disttrain.builders.naming import job_labels, pod_fqdn
+from disttrain.builders.pods import add_volumes
+from disttrain.builders.resources import template_gpus
 
 CONFIG_MOUNT = "/etc/mpi"
 HOSTFILE = "hostfile"

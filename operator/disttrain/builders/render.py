@@ -10,10 +10,10 @@ import yaml
 from disttrain.api.constants import KIND
 from disttrain.api.objects import JobRef
 from disttrain.api.spec import GangProvider, JobSpec, parse_spec
-from disttrain.build import gang
-from disttrain.build.desired import job_pod, supporting_objects
-from disttrain.build.mpi import SSHKeys
-from disttrain.build.pods import desired_pod_keys
+from disttrain.builders import gang
+from disttrain.builders.desired import job_pod, supporting_objects
+from disttrain.builders.mpi import SSHKeys
+from disttrain.builders.pods import desired_pod_keys
 
 # `render` shows where the key goes, never a real key: the operator makes one per job.
 PLACEHOLDER_KEYS = SSHKeys(private="<a private key made for this job by the operator>",

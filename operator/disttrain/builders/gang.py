@@ -28,9 +28,9 @@ from disttrain.api.constants import GROUP, KIND
 from disttrain.api.objects import JobRef, PodKey, object_meta
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import Gang, GangProvider, JobSpec, LauncherStart, ReplicaType
-from disttrain.build.naming import job_labels
-from disttrain.build.pods import desired_pod_keys
-from disttrain.build.resources import pod_requests
+from disttrain.builders.naming import job_labels
+from disttrain.builders.pods import desired_pod_keys
+from disttrain.builders.resources import pod_requests
 
 SP_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
@@ -123,7 +123,7 @@ def scheduler_conflict(spec: JobSpec, provider: GangProvider) -> str | None:
 
 
 def member_priority_classes(spec: JobSpec) -> dict[str, str]:
-    """The priorityClassName each gang member's replica type gets (build/scheduling.py: its
+    """The priorityClassName each gang member's replica type gets (builders/scheduling.py: its
     template's own, else runPolicy's; "" for none, the cluster's globalDefault)."""
     default = spec.run_policy.scheduling.priority_class_name or ""
     return {str(k.replica_type): str((spec.replicas[k.replica_type].template.get("spec") or {}).get(

@@ -14,7 +14,7 @@ from typing import Any
 
 from disttrain.api.objects import JobRef, object_meta
 from disttrain.api.spec import Egress, JobSpec
-from disttrain.build.naming import job_labels, network_policy_name
+from disttrain.builders.naming import job_labels, network_policy_name
 
 DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 

@@ -23,8 +23,8 @@ from disttrain.api.constants import (
 )
 from disttrain.api.objects import JobRef, PodKey, object_meta
 from disttrain.api.spec import JobSpec, RestartPolicy
-from disttrain.build.naming import job_labels, pod_name, replica_labels, service_name
-from disttrain.build.resources import cpu_limit_cores
+from disttrain.builders.naming import job_labels, pod_name, replica_labels, service_name
+from disttrain.builders.resources import cpu_limit_cores
 
 # Replica policies that the kubelet carries out itself; the others (Never, ExitCode) leave a
 # failed pod for the operator to judge.

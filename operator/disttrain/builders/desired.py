@@ -17,7 +17,7 @@ from typing import Any
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.progress import reporter_role
 from disttrain.api.spec import GangProvider, JobSpec
-from disttrain.build import mpi, network, pods, progress, scheduling, tensorflow
+from disttrain.builders import mpi, network, pods, progress, scheduling, tensorflow
 
 
 def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | None = None,

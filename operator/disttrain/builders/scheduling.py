@@ -12,7 +12,7 @@ from typing import Any
 
 from disttrain.api.objects import JobRef
 from disttrain.api.spec import GangProvider, JobSpec
-from disttrain.build import gang
+from disttrain.builders import gang
 
 
 def pod_fields(job: JobRef, spec: JobSpec, provider: GangProvider | None, pod: Mapping[str, Any]) -> dict[str, Any]:
