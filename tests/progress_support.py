@@ -11,9 +11,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from support import Cluster
+from support import Cluster, OperatorProcess, wait_for
 
 AUDIENCE = "disttrain.dev/progress"
+FLOOD_TOOL = Path(__file__).resolve().parent / "flood.py"  # tests/flood.py: a bounded connection flood
 
 
 def pod_token(cluster: Cluster, namespace: str, pod: str, audience: str = AUDIENCE) -> str:
@@ -59,3 +60,29 @@ def operator_args(port: int, status_seconds: float = 2.0) -> tuple[str, ...]:
     return ("--progress-port", str(port), "--progress-tls-secret",
             f"{OPERATOR_NAMESPACE}/{OPERATOR_RELEASE}-disttrain-operator-progress-tls",
             "--progress-status-seconds", str(status_seconds))
+
+
+def rss_mib(pid: int) -> float:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in text.splitlines() if line.startswith("VmRSS:")), 0.0)
+
+
+def endpoint_pid(operator: OperatorProcess) -> int:
+    """The endpoint's process, a child of the operator's (waited for: it starts with the operator)."""
+    assert operator.proc is not None
+    pid = operator.proc.pid
+
+    def found() -> int | None:
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            if "progress_endpoint" in Path(f"/proc/{child}/cmdline").read_text(errors="replace"):
+                return int(child)
+        return None
+    return wait_for(found, 60, "the operator's progress endpoint process")
+
+
+def progress_port(operator: OperatorProcess) -> int:
+    args = list(operator.extra_args)
+    return int(args[args.index("--progress-port") + 1])

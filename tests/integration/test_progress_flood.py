@@ -12,43 +12,20 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-from manifests import mwms_job
+from manifests import replica, tf_job
+from progress_support import FLOOD_TOOL, endpoint_pid, progress_port, rss_mib
 from support import Cluster, OperatorProcess, wait_pods_running
 
-FLOOD = Path(__file__).resolve().parents[1] / "flood.py"
 JOBS, CONNECTIONS = 20, 2500
 ENDPOINT_BOUND_MIB, CONTROLLER_LIMIT_MIB = 256, 512  # --progress-memory-mib's default; the chart's limit
-
-
-def rss_mib(pid: int) -> float:
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0.0
-    return next((int(line.split()[1]) / 1024 for line in text.splitlines() if line.startswith("VmRSS:")), 0.0)
-
-
-def endpoint_pid(operator: OperatorProcess) -> int:
-    assert operator.proc is not None
-    children = Path(f"/proc/{operator.proc.pid}/task/{operator.proc.pid}/children").read_text().split()
-    for child in children:
-        if "progress_endpoint" in Path(f"/proc/{child}/cmdline").read_text(errors="replace"):
-            return int(child)
-    raise AssertionError(f"no progress endpoint among the operator's children {children}")
-
-
-def progress_port(operator: OperatorProcess) -> int:
-    args = list(operator.extra_args)
-    return int(args[args.index("--progress-port") + 1])
 
 
 def run_jobs(cluster: Cluster, namespace: str, prefix: str) -> dict[str, float]:
     """20 jobs from apply to Succeeded (KWOK pods: worker 0 is ended by the test); seconds each."""
     started = time.monotonic()
     for i in range(JOBS):
-        cluster.apply(mwms_job(f"{prefix}{i}", workers=2), namespace)
+        cluster.apply(tf_job(f"{prefix}{i}", None, worker=replica(2)), namespace)  # no GPU: 40 pods fit at once
     for i in range(JOBS):
         wait_pods_running(cluster, namespace, f"{prefix}{i}", 2)
     for i in range(JOBS):
@@ -65,7 +42,7 @@ def test_a_connection_flood_never_slows_reconciling(cluster: Cluster, operator: 
     controller, endpoint = operator.proc.pid if operator.proc else 0, endpoint_pid(operator)
     calm = run_jobs(cluster, namespace, "calm")
     before = {"controller": rss_mib(controller), "endpoint": rss_mib(endpoint)}
-    flood = subprocess.Popen([sys.executable, str(FLOOD), "127.0.0.1", str(progress_port(operator)),
+    flood = subprocess.Popen([sys.executable, str(FLOOD_TOOL), "127.0.0.1", str(progress_port(operator)),
                               "--connections", str(CONNECTIONS), "--seconds", "150", "--sources", "127.0.0.2-90"],
                              stdout=subprocess.PIPE, text=True)
     peak = dict(before)

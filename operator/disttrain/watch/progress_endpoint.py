@@ -1,5 +1,6 @@
 """The progress endpoint's own process: `python -m disttrain.watch.progress_endpoint --link-fd N
---port P`, started and restarted by the controller (progress_supervisor.py), never by hand.
+--listen-fd M`, started and restarted by the controller (progress_supervisor.py), never by hand: it
+accepts on the socket the controller bound (and keeps, so a restart never loses the port).
 
 Everything a pod sends lands here and nowhere else: TLS, HTTP, tokens, bodies, floods. The process
 has its own memory bound (RLIMIT_DATA, `--memory-mib`: past it an allocation fails here, and the
@@ -62,7 +63,7 @@ def quiet_exception_handler() -> Any:
     return handle
 
 
-async def serve(link_fd: int, host: str, port: int) -> None:
+async def serve(link_fd: int, listen_fd: int) -> None:
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(quiet_exception_handler())
     reader, writer = await asyncio.open_connection(sock=socket.socket(fileno=link_fd), limit=MAX_LINE)
@@ -88,8 +89,8 @@ async def serve(link_fd: int, host: str, port: int) -> None:
     await runner.setup()
     listener = Listener(runner.server, ssl_context(first.result()))  # type: ignore[arg-type]
     server.answered = lambda request: listener.answered(request.transport)
-    bound = await listener.start(host, port)
-    log.info("progress endpoint listening on %s:%d", host, bound)
+    bound = await listener.start(socket.socket(fileno=listen_fd))
+    log.info("progress endpoint serving on port %d", bound)
     stats = asyncio.create_task(send_stats(link, server, listener))
     try:
         await reading  # until the controller closes the link
@@ -117,14 +118,13 @@ async def send_stats(link: EndpointSide, server: ProgressServer, listener: Liste
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="disttrain.watch.progress_endpoint")
     parser.add_argument("--link-fd", type=int, required=True)
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--listen-fd", type=int, required=True)
     parser.add_argument("--memory-mib", type=int, default=256)
     args = parser.parse_args(argv)
     sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]  # kopf imports it if found (__main__)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     bound_memory(args.memory_mib)
-    asyncio.run(serve(args.link_fd, args.host, args.port))
+    asyncio.run(serve(args.link_fd, args.listen_fd))
     return 0
 
 

@@ -76,10 +76,10 @@ class Listener:
         self._tasks: list[asyncio.Task[None]] = []
         self._serving: set[asyncio.Task[None]] = set()
 
-    async def start(self, host: str, port: int) -> int:
-        """Listening; the port (0: one the system chose)."""
-        self._sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
-                                          backlog=512, reuse_port=False)
+    async def start(self, sock: socket.socket) -> int:
+        """Accepting on `sock` (listening already: bind() below, in the controller's process, which
+        keeps the port across the endpoint's restarts); its port."""
+        self._sock = sock
         self._sock.setblocking(False)
         self._tasks = [asyncio.create_task(self._accept(), name="progress accept"),
                        asyncio.create_task(self._sweep(), name="progress deadlines")]
@@ -150,3 +150,9 @@ class Listener:
                 self.expired += 1
                 tracked.transport.abort()  # type: ignore[union-attr]
                 self.release(tracked)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket (0: a port the system chooses)."""
+    return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                backlog=512, reuse_port=False)

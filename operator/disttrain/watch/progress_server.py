@@ -19,10 +19,11 @@ reviewed token. Each answer is counted by result (`disttrain_progress_reports_to
 The threat model (docs/api.md, "The progress endpoint"): any pod that reaches the port, with no
 credentials, sends anything. So a token is limited to RATE reports a second (BURST at once) before
 anything else is done with it; a token's review is cached until it expires, a refused one is
-remembered (REFUSED_TTL) and costs its source REFUSAL_COST reviews of its budget; new tokens are
-reviewed at most REVIEWS_PER_SECOND a second in all and SOURCE_REVIEWS_PER_SECOND from one source
-address, so forged tokens from one pod can't hold the API server's budget from another pod's first
-report.
+remembered (REFUSED_TTL), costs its source REFUSAL_COST reviews of its budget and makes it a
+suspect for as long; new tokens are reviewed at most SOURCE_REVIEWS_PER_SECOND a second (and
+SOURCE_CONCURRENT_REVIEWS at once) from one source address, and in all REVIEWS_PER_SECOND from
+sources never refused plus SUSPECT_REVIEWS_PER_SECOND from suspects. Forged tokens, from however many pods, drain the suspects'
+budget after one refusal each, never the one a job's first report is reviewed from.
 
 A throttled report's 429 is held back until its turn among the token's held reports would come
 at the token's rate (at most MAX_HOLD), as the API server's priority and fairness queues a flow's
@@ -54,8 +55,10 @@ from disttrain.api.progress import AUDIENCE, ReportError, parse_report
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
 RATE, BURST = 2.0, 10.0  # reports a second per token, sustained and at once
-REVIEWS_PER_SECOND, REVIEW_BURST = 20.0, 50.0  # new tokens reviewed, in all
+REVIEWS_PER_SECOND, REVIEW_BURST = 20.0, 50.0  # new tokens reviewed, in all, from sources never refused
+SUSPECT_REVIEWS_PER_SECOND, SUSPECT_REVIEW_BURST = 5.0, 10.0  # in all, from sources refused lately
 SOURCE_REVIEWS_PER_SECOND, SOURCE_REVIEW_BURST = 5.0, 10.0  # new tokens reviewed, from one address
+SOURCE_CONCURRENT_REVIEWS = 1  # at once from one address: a forger is a suspect after its first refusal
 REFUSAL_COST = 5.0  # of its source's review budget, a token the API server refused
 REFUSED_TTL = 600.0  # seconds a refused token is answered 401 without a review
 MAX_BODY = 16 * 1024
@@ -141,7 +144,10 @@ class ProgressServer:
         self.held_total = 0
         self.identities, self.refused, self.limits = Lru(MAX_TOKENS), Lru(MAX_TOKENS), Lru(MAX_TOKENS)
         self.sources = Lru(MAX_TOKENS)  # review budgets by source address
+        self.suspects = Lru(MAX_TOKENS)  # source address -> until when its tokens share the suspects' budget
+        self.reviewing: Counter[str] = Counter()  # reviews in flight, by source address
         self.reviews = Bucket(REVIEWS_PER_SECOND, REVIEW_BURST, clock())
+        self.suspect_reviews = Bucket(SUSPECT_REVIEWS_PER_SECOND, SUSPECT_REVIEW_BURST, clock())
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY)
@@ -216,20 +222,28 @@ class ProgressServer:
             raise Refused(401, "unauthenticated", NEEDS_TOKEN)
         budget = self.sources.get(source) or Bucket(SOURCE_REVIEWS_PER_SECOND, SOURCE_REVIEW_BURST, now)
         self.sources.put(source, budget)
-        wait = budget.take(now) or self.reviews.take(now)
+        suspect = self.suspects.get(source, 0.0) > now  # a token from it was refused lately
+        busy = self.reviewing[source] >= SOURCE_CONCURRENT_REVIEWS and 1.0
+        wait = busy or budget.take(now) or (self.suspect_reviews if suspect else self.reviews).take(now)
         if wait:
             raise Refused(503, "unavailable", "too many new tokens to review: try again shortly", wait)
+        self.reviewing[source] += 1
         try:
             review = await asyncio.wait_for(self.reviewer.token_review(token, [AUDIENCE]), REVIEW_TIMEOUT)
             identity = identity_of(review, now + min(REVIEW_TTL, max(0.0, expires - time.time())))
         except Refused as refused:
             budget.charge(REFUSAL_COST)
+            self.suspects.put(source, now + REFUSED_TTL)
             self.refused.put(digest, (now + REFUSED_TTL, refused.message))
             raise
         except Exception as err:  # the API server's trouble, or our credentials' (ApiError, timeouts, login)
             log.warning("token review failed: %s: %s", type(err).__name__, err)
             raise Refused(503, "unavailable", "the API server could not review the token: try again shortly",
                           5.0) from err
+        finally:
+            self.reviewing[source] -= 1
+            if not self.reviewing[source]:
+                del self.reviewing[source]
         self.identities.put(digest, identity)
         return identity
 

@@ -24,6 +24,7 @@ from typing import Any
 from disttrain.runtime import metrics
 from disttrain.runtime.serving_cert import ServingCert
 from disttrain.watch.progress_link import MAX_LINE, Desk, LinkError, send, serve_controller_side
+from disttrain.watch.progress_listener import bind
 
 log = logging.getLogger(__name__)
 RESTART_BACKOFF = (1.0, 60.0)  # seconds: first, cap
@@ -41,16 +42,22 @@ class EndpointProcess:
         self.port, self.desk, self.certificate, self.host, self.memory_mib = port, desk, certificate, host, memory_mib
         self.sleep = sleep
         self.process: asyncio.subprocess.Process | None = None
+        self.listening: socket.socket | None = None  # bound here, accepted on there
         self.starts = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        """Bind the port now (a port taken fails the operator's start, as a server's would), and keep
+        the endpoint's process running on it."""
+        self.listening = bind(self.host, self.port)
         self._task = asyncio.create_task(self.run(), name="progress endpoint")
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self.listening is not None:
+            self.listening.close()
 
     async def run(self) -> None:
         backoff = RESTART_BACKOFF[0]
@@ -70,12 +77,13 @@ class EndpointProcess:
 
     async def once(self) -> None:
         """One endpoint process, from its start to its end."""
+        assert self.listening is not None
         ours, theirs = socket.socketpair()
         try:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "disttrain.watch.progress_endpoint", "--link-fd", str(theirs.fileno()),
-                "--host", self.host, "--port", str(self.port), "--memory-mib", str(self.memory_mib),
-                pass_fds=(theirs.fileno(),), stdin=asyncio.subprocess.DEVNULL)
+                "--listen-fd", str(self.listening.fileno()), "--memory-mib", str(self.memory_mib),
+                pass_fds=(theirs.fileno(), self.listening.fileno()), stdin=asyncio.subprocess.DEVNULL)
         finally:
             theirs.close()
         self.starts += 1

@@ -1,0 +1,105 @@
+"""Floods at the progress endpoint, on the real plane (issue 31): what any pod can send it with no
+credentials. The endpoint runs in a process of its own beside the controller; these scenarios
+try to make it cost the controller memory, or a job its reports:
+
+- a storm of forged tokens (unsigned, our audience, a future expiry: each new one would need a
+  TokenReview) from many pods, while a job's reporting pod sends its first report (quick: `make
+  test` runs it);
+- 2,000 bare TCP connections that never start TLS, then 3,000 TLS connections that send half a
+  request line, while jobs are reconciled (long: `make chaos`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from manifests import mwms_job
+from progress_support import FLOOD_TOOL, endpoint_pid, post_report, progress_port, progress_volume, rss_mib
+from support import Cluster, OperatorProcess, wait_pods_running
+
+
+def forged(n: int) -> str:
+    def part(obj: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
+    return ".".join([part({"alg": "RS256"}), part({"aud": ["disttrain.dev/progress"], "exp": time.time() + 3600,
+                                                   "sub": f"forged-{n}"}), "x"])
+
+
+async def storm(port: int, seconds: float, sources: int) -> dict[int, int]:
+    """New forged tokens as fast as 8 connections from each of `sources` loopback addresses go."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    answers: dict[int, int] = {}
+    deadline, counter = time.monotonic() + seconds, iter(range(10**9))
+    url = f"https://127.0.0.1:{port}/apis/disttrain.dev/v1/namespaces/x/disttrainjobs/y/progress"
+
+    async def sender(session: aiohttp.ClientSession) -> None:
+        while time.monotonic() < deadline:
+            try:
+                async with session.post(url, json={"epoch": 1},
+                                        headers={"Authorization": f"Bearer {forged(next(counter))}"}) as resp:
+                    answers[resp.status] = answers.get(resp.status, 0) + 1
+            except aiohttp.ClientError:
+                answers[0] = answers.get(0, 0) + 1
+
+    async def one_source(n: int) -> None:
+        connector = aiohttp.TCPConnector(ssl=context, local_addr=(f"127.0.0.{n}", 0), limit=8)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            await asyncio.gather(*(sender(session) for _ in range(8)))
+    await asyncio.gather(*(one_source(n) for n in range(2, 2 + sources)))
+    return answers
+
+
+def test_a_forged_token_storm_leaves_a_jobs_first_report_accepted(cluster: Cluster, operator: OperatorProcess,
+                                                                  namespace: str, tmp_path: Path) -> None:
+    """Before, forged tokens held the cluster-wide TokenReview budget empty (refusals were not
+    remembered, and cost the forger nothing): every legitimate new token got 503 while it lasted."""
+    cluster.apply(mwms_job("first", workers=2), namespace)
+    wait_pods_running(cluster, namespace, "first", 2)
+    volume = progress_volume(cluster, namespace, "first-worker-0", tmp_path)
+    port = progress_port(operator)
+    answers: dict[int, int] = {}
+    stormer = threading.Thread(target=lambda: answers.update(asyncio.run(storm(port, 15, sources=10))))
+    stormer.start()
+    time.sleep(5)  # the storm at its height
+    started = time.monotonic()
+    first = post_report(volume, {"epoch": 1})
+    took = time.monotonic() - started
+    stormer.join()
+    print(f"\nforged-token storm: {answers}; the job's first report: {first} in {took:.2f}s")
+    assert first[0] == 202, first
+    assert answers.get(401, 0) + answers.get(503, 0) > 100, "the storm reached the endpoint"
+
+
+@pytest.mark.chaos_full
+def test_floods_of_connections_cost_the_controller_nothing(cluster: Cluster, operator: OperatorProcess,
+                                                           namespace: str) -> None:
+    controller, endpoint = operator.proc.pid if operator.proc else 0, endpoint_pid(operator)
+    port = progress_port(operator)
+    for how, count in (("--no-handshake", 2000), ("", 3000)):
+        before = {"controller": rss_mib(controller), "endpoint": rss_mib(endpoint)}
+        flood = subprocess.Popen([sys.executable, str(FLOOD_TOOL), "127.0.0.1", str(port), "--connections",
+                                  str(count), "--seconds", "40", "--sources", "127.0.0.2-90",
+                                  *([how] if how else [])], stdout=subprocess.PIPE, text=True)
+        time.sleep(20)
+        during = {"controller": rss_mib(controller), "endpoint": rss_mib(endpoint)}
+        name = f"during{'-bare' if how else '-tls'}"
+        cluster.apply(mwms_job(name, workers=2), namespace)
+        wait_pods_running(cluster, namespace, name, 2, timeout=60)
+        tally = json.loads(flood.communicate(timeout=120)[0].strip().splitlines()[-1])
+        print(f"\n{count} {'bare TCP' if how else 'TLS'} connections: {tally}; RSS MiB before {before}, "
+              f"during {during}")
+        assert during["controller"] - before["controller"] < 64
+        assert during["endpoint"] < 256 + 32
+    assert endpoint_pid(operator) == endpoint, "the endpoint held its bound without being restarted"
