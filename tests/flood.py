@@ -5,8 +5,8 @@ and wait. Bounded in count and time; only loopback or a test pod's own target is
     python tests/flood.py HOST PORT --connections 2500 --seconds 60 [--sources 127.0.0.2-50]
 
 `--sources` spreads the connections over loopback source addresses (a flood from many pods);
-it prints one JSON line at the end (or when sent SIGTERM): connections opened, failed to open,
-closed by the endpoint, and held open to the end.
+it prints one JSON line at the end (or when sent SIGTERM): connections launched, opened, failed to
+open (refused at accept, or the handshake cut), closed by the endpoint, and held open now.
 Used by tests/unit/test_progress_process.py, tests/integration/test_progress_flood.py and
 tests/chaos (make chaos).
 """
@@ -45,35 +45,39 @@ async def one(host: str, port: int, source: str | None, handshake: bool, until: 
         tally["failed"] += 1
         return
     tally["opened"] += 1
+    tally["held"] += 1
     try:
         writer.write(HALF_A_LINE)
         left = until - time.monotonic()
         await asyncio.wait_for(reader.read(1), max(0.1, left))
         tally["closed"] += 1  # the endpoint ended it (or answered) before our time was up
     except TimeoutError:
-        tally["held"] += 1
+        tally["to_the_end"] = tally.get("to_the_end", 0) + 1
     except (OSError, ssl.SSLError):
         tally["closed"] += 1
     finally:
+        tally["held"] -= 1
         writer.transport.abort()
 
 
 async def flood(host: str, port: int, connections: int, seconds: float, spread: list[str | None],
                 handshake: bool) -> dict[str, int]:
     tally = {"opened": 0, "failed": 0, "closed": 0, "held": 0}
+    launched = [0]
     until = time.monotonic() + seconds
 
-    def told_to_stop() -> None:  # SIGTERM: the tally so far, then out
-        print(json.dumps(tally), flush=True)
+    def told_to_stop() -> None:  # SIGTERM: the tally so far (held: open now), then out
+        print(json.dumps({**tally, "launched": launched[0]}), flush=True)
         os._exit(0)
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, told_to_stop)
     tasks = []
     for n in range(connections):
         tasks.append(asyncio.create_task(one(host, port, spread[n % len(spread)], handshake, until, tally)))
+        launched[0] += 1
         if n % 100 == 99:
             await asyncio.sleep(0.05)  # the accept backlog, not a flood of SYNs dropped
     await asyncio.gather(*tasks)
-    return tally
+    return {**tally, "launched": launched[0]}
 
 
 def main() -> int:

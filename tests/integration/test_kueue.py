@@ -371,3 +371,47 @@ def test_an_elastic_job_is_admitted_partly_and_never_scales_past_its_admission(c
     assert len(pods_of(cluster, queue_ns, "el")) == 3
     cluster.finish_pod(queue_ns, "el-launcher", 0)
     cluster.wait_phase(queue_ns, "el", "Succeeded")
+
+
+def test_an_admitted_elastic_job_scaled_down_gives_its_quota_back(cluster: Cluster, queue_ns: str) -> None:
+    """Issue 31: an admitted elastic job scaled down kept all its quota until it ended, and a job
+    waiting on that quota waited with it. Once the leaving workers are gone the operator lowers the
+    Workload's worker count in place (Kueue KEP-77; its webhook allows a smaller count on an admitted
+    Workload), Kueue counts the smaller, and the waiting job is admitted."""
+    setup_queue(cluster, queue_ns, gpus=8)
+    big = queued(mpi_job("big", workers=4, gpus=2))
+    big["spec"]["mpi"]["elastic"] = {"minReplicas": 1, "maxReplicas": 4, "scaleDownDelaySeconds": 1}
+    cluster.apply(big, queue_ns)
+    cluster.wait_phase(queue_ns, "big", "Running", timeout=60)
+    cluster.apply(queued(mpi_job("waiting", workers=1, gpus=4)), queue_ns)
+    wait_for(lambda: cluster.job_status(queue_ns, "waiting").get("phase") == "Queued", 30, "the second job queued")
+    time.sleep(3)
+    assert not admitted(cluster, queue_ns, "waiting"), "8 GPUs held by the first"
+    cluster.kubectl("scale", "dtj/big", "--replicas=2", "-n", queue_ns)
+    wait_for(lambda: admitted(cluster, queue_ns, "waiting"), 60, "the waiting job admitted on the quota given back")
+    [workload] = workloads(cluster, queue_ns, "big")
+    assert {s["name"]: s["count"] for s in workload["spec"]["podSets"]} == {"launcher": 1, "worker": 2}
+    status = cluster.job_status(queue_ns, "big")
+    assert (status["phase"], status["restarts"]) == ("Running", 0), "scaled down in place, no restart"
+    cluster.wait_phase(queue_ns, "waiting", "Running", timeout=60)
+
+
+def test_a_job_moved_to_another_queue_while_it_waits_is_admitted_there(cluster: Cluster, queue_ns: str) -> None:
+    """Issue 31: the Workload's queueName was written only when it was made: a job relabelled while
+    it waited stayed in the old queue for ever, its message naming the new one. As Kueue's own
+    integrations do (QueueNameChange), the Workload follows the label while it has no quota."""
+    setup_queue(cluster, queue_ns, gpus=8)
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "nowhere",
+                                                                              "namespace": queue_ns},
+        "spec": {"clusterQueue": f"cq-missing-{queue_ns}"}}))  # a ClusterQueue that doesn't exist: never admits
+    job = eight_gpu_job("moved")
+    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "nowhere"
+    cluster.apply(job, queue_ns)
+    wait_for(lambda: workloads(cluster, queue_ns, "moved"), 30, "its Workload")
+    time.sleep(3)
+    assert not admitted(cluster, queue_ns, "moved")
+    cluster.kubectl("label", "--overwrite", "dtj", "moved", "-n", queue_ns, "kueue.x-k8s.io/queue-name=gpus")
+    wait_for(lambda: admitted(cluster, queue_ns, "moved"), 60, "admitted in the queue it was moved to")
+    assert workloads(cluster, queue_ns, "moved")[0]["spec"]["queueName"] == "gpus"
+    cluster.wait_phase(queue_ns, "moved", "Running", timeout=60)
