@@ -27,7 +27,7 @@ def test_the_ssh_private_key_is_only_in_its_secret(cluster: Cluster, operator: O
     wait_for(lambda: cluster.job_status(namespace, name).get("restarts") == 1, 30, "the restart")
     wait_pods_running(cluster, namespace, name, 3)
 
-    secret = cluster.core.read_namespaced_secret(f"{name}-ssh", namespace)
+    secret = cluster.core.read_namespaced_secret(cluster.job_status(namespace, name)["sshSecret"], namespace)
     private = base64.b64decode(secret.data[SSH_KEY]).decode()
     assert "PRIVATE KEY" in private
     # Any line of the key's body is proof enough of a leak; the armour lines are not.

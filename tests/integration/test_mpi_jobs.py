@@ -85,7 +85,8 @@ def test_ssh_secrets_differ_per_job_and_stay_out_of_logs(cluster: Cluster, names
     for name in ("alpha", "beta"):
         cluster.apply(mpi_job(name, workers=1, gpus=0), namespace)
     def secret_data(name: str) -> dict[str, str]:
-        return wait_for(lambda: cluster.core.read_namespaced_secret(f"{name}-ssh", namespace).data, 30)
+        return wait_for(lambda: cluster.core.read_namespaced_secret(
+            cluster.job_status(namespace, name).get("sshSecret") or "not-yet", namespace).data, 30)
     secrets = {name: secret_data(name) for name in ("alpha", "beta")}
     keys = {n: base64.b64decode(s["id_ed25519"]).decode() for n, s in secrets.items()}
     assert keys["alpha"] != keys["beta"]

@@ -63,26 +63,25 @@ def test_delete_and_apply_again_at_once(cluster: Cluster, namespace: str, kind: 
         assert {ref.uid for p in pods_now for ref in p.metadata.owner_references} == {new}
         assert cluster.job_status(namespace, name)["restarts"] == 0
     if kind == "mpi":
-        secret = cluster.core.read_namespaced_secret(f"{name}-ssh", namespace)
+        secret = cluster.core.read_namespaced_secret(cluster.job_status(namespace, name)["sshSecret"], namespace)
         assert secret.metadata.owner_references[0].uid == job_uid(cluster, namespace, name)
 
 
-@pytest.mark.parametrize(("kind", "suffix"), [("Pod", "worker-0"), ("ConfigMap", "mpi"), ("Secret", "ssh")])
+@pytest.mark.parametrize(("kind", "suffix"), [("Pod", "worker-0"), ("ConfigMap", "mpi")])
 def test_an_object_of_the_jobs_name_that_is_not_the_jobs_fails_it(cluster: Cluster, namespace: str, kind: str,
                                                                   suffix: str) -> None:
     """Not an earlier job's (those are waited out): anything else's. The create finds the name
     taken, the operator reads whose object it is (the chart grants `get` for exactly this), and
-    the job fails naming it, without a pod of its own."""
+    the job fails naming it, without a pod of its own. (An MPI job's SSH Secret is named for the
+    job's uid, so nothing else holds its name: tests/unit/test_controller.py.)"""
     name = f"taken-{kind.lower()}"
     taken = f"{name}-{suffix}"
     body: dict[str, Any] = {"metadata": {"name": taken}}
     if kind == "Pod":
         body["spec"] = {"containers": [{"name": "other", "image": "other"}]}
         cluster.core.create_namespaced_pod(namespace, body)
-    elif kind == "ConfigMap":
-        cluster.core.create_namespaced_config_map(namespace, body)
     else:
-        cluster.core.create_namespaced_secret(namespace, body)
+        cluster.core.create_namespaced_config_map(namespace, body)
     cluster.apply(mpi_job(name, workers=2, gpus=1), namespace)
     status = cluster.wait_phase(namespace, name, "Failed")
     assert status["reason"] == "ObjectNotOwned", status

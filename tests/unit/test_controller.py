@@ -151,7 +151,7 @@ def test_a_pod_name_held_by_something_else_fails_the_job_naming_it() -> None:
 def test_objects_of_an_earlier_job_of_the_same_name_are_waited_out() -> None:
     async def scenario() -> None:
         h = Harness(mpi_job("mnist", workers=2))
-        for kind, name in (("Service", "mnist"), ("Secret", "mnist-ssh")):
+        for kind, name in (("Service", "mnist"), ("Secret", "mnist-ssh-uid-old")):
             h.kube.add({"kind": kind, "metadata": {"name": name, "namespace": "ml",
                                                    "ownerReferences": owned_by("DistTrainJob", "mnist", "uid-old")}})
         requeue = await h.reconcile()
@@ -161,17 +161,16 @@ def test_objects_of_an_earlier_job_of_the_same_name_are_waited_out() -> None:
         assert h.status()["phase"] == "Pending"
         del h.kube.objects[("Service", "ml", "mnist")]  # garbage collection gets to it
         await h.reconcile()
-        assert not [w for w in h.kube.writes("create") if w.startswith("Pod/")], "the old Secret is still there"
-        del h.kube.objects[("Secret", "ml", "mnist-ssh")]
-        await h.reconcile()
         assert {w for w in h.kube.writes("create") if w.startswith("Pod/")} == {"Pod/ml/mnist-worker-0",
-                                                                                 "Pod/ml/mnist-worker-1"}
-        secret = h.kube.objects[("Secret", "ml", "mnist-ssh")]
+                                                                                 "Pod/ml/mnist-worker-1"}, \
+            "the earlier job's Secret is named for its uid: it holds up nothing"
+        secret = h.kube.objects[("Secret", "ml", "mnist-ssh-uid-1")]
         assert secret["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        assert h.status()["sshSecret"] == "mnist-ssh-uid-1"
     run(scenario)
 
 
-@pytest.mark.parametrize(("kind", "name"), [("Service", "mnist"), ("ConfigMap", "mnist-mpi"), ("Secret", "mnist-ssh")])
+@pytest.mark.parametrize(("kind", "name"), [("Service", "mnist"), ("ConfigMap", "mnist-mpi")])
 def test_an_object_of_someone_else_fails_the_job_naming_it(kind: str, name: str) -> None:
     async def scenario() -> None:
         h = Harness(mpi_job("mnist", workers=2))
@@ -467,3 +466,22 @@ def test_who_reports_is_read_off_the_indexed_job_and_its_uid() -> None:
     assert h.controller.role_of(KEY, pod(1)) is None
     assert h.controller.role_of(KEY, pod(0, owner="uid-of-an-earlier-job")) is None
     assert h.controller.role_of(("ml", "gone"), pod(0)) is None
+
+
+def test_the_ssh_secret_is_never_read_and_an_earlier_operators_name_is_kept() -> None:
+    """Issue 31: the chart granted `get` on every Secret for an ownership read. The Secret is named
+    for the job's uid, so one found there is the job's own (made before a restart) and is not read;
+    a job an earlier operator started keeps `<job>-ssh`, which its running pods mount."""
+    async def scenario() -> None:
+        h = Harness(mpi_job("mnist", workers=2))
+        h.kube.add({"kind": "Secret", "metadata": {"name": "mnist-ssh-uid-1", "namespace": "ml"}})
+        await h.reconcile()
+        assert not [c for c in h.kube.calls if c[0] == "get" and c[1].startswith("Secret/")], "no read of a Secret"
+        assert {p["metadata"]["name"] for p in h.kube.pods()} == {"mnist-worker-0", "mnist-worker-1"}
+        legacy = Harness(mpi_job("mnist", workers=1), uid="uid-2")
+        legacy.body["status"] = {"phase": "Pending", "startTime": "2026-11-20T00:00:00Z"}
+        await legacy.reconcile()
+        pod = next(p for p in legacy.kube.pods() if p["metadata"]["name"] == "mnist-worker-0")
+        assert {v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v} == {"mnist-ssh"}
+        assert legacy.status()["sshSecret"] == "mnist-ssh"
+    run(scenario)

@@ -45,7 +45,7 @@ def test_a_refused_pod_makes_the_job_wait_and_say_why_then_it_is_created() -> No
     run(scenario)
 
 
-QUOTA_SECRETS = 'secrets "mnist-ssh" is forbidden: exceeded quota: objects, requested: count/secrets=1, used: ' \
+QUOTA_SECRETS = 'secrets "mnist-ssh-uid-1" is forbidden: exceeded quota: objects, requested: count/secrets=1, used: ' \
                 "count/secrets=10, limited: count/secrets=10"
 
 
@@ -55,21 +55,21 @@ def test_a_refused_supporting_object_makes_the_job_wait_and_say_why() -> None:
     retry, the job Pending with no reason. Now: the same as a refused pod."""
     async def scenario() -> None:
         h = Harness(mpi_job("mnist", workers=2))
-        h.kube.refused["mnist-ssh"] = QUOTA_SECRETS
+        h.kube.refused["mnist-ssh-uid-1"] = QUOTA_SECRETS
         assert await h.reconcile() == FIRST_BACKOFF_SECONDS
         status = h.status()
         assert (status["phase"], status["reason"]) == ("Pending", "CreateRefused")
-        assert status["message"] == f"Secret mnist-ssh can't be created: {QUOTA_SECRETS}"
+        assert status["message"] == f"Secret mnist-ssh-uid-1 can't be created: {QUOTA_SECRETS}"
         assert h.kube.events[-1] == ("Warning", "CreateRefused", status["message"])
         assert not [w for w in h.kube.writes("create") if w.startswith("Pod/")], "no pod before its Secret"
         creates = len(h.kube.writes("create"))
         h.clock.advance(1)
         await h.reconcile()
         assert len(h.kube.writes("create")) == creates, "held while the backoff runs"
-        del h.kube.refused["mnist-ssh"]  # quota raised
+        del h.kube.refused["mnist-ssh-uid-1"]  # quota raised
         h.clock.advance(FIRST_BACKOFF_SECONDS)
         await h.reconcile()
-        assert ("Secret", "ml", "mnist-ssh") in h.kube.objects
+        assert ("Secret", "ml", "mnist-ssh-uid-1") in h.kube.objects
         assert len([w for w in h.kube.writes("create") if w.startswith("Pod/")]) == 2
     run(scenario)
 

@@ -79,7 +79,7 @@ def test_discover_hosts_lists_running_workers_and_runs(tmp_path: Any) -> None:
 
 def test_secret_holds_a_usable_key_pair() -> None:
     keys = generate_ssh_keys("disttrain/ml/hvd")
-    secret = mpi.desired_secret(REF, mpi_spec(), keys)
+    secret = mpi.desired_secret(REF, mpi_spec(), keys, mpi.secret_name(REF))
     data = secret["stringData"]
     private = serialization.load_ssh_private_key(data["id_ed25519"].encode(), password=None)
     public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)

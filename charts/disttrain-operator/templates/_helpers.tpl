@@ -44,10 +44,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: [pods]
   verbs: [get, list, watch, create, delete, patch]
 # get: only when a create finds the name taken, to see whose object is there (an earlier job's
-# is waited out; anything else's fails the job).
+# is waited out; anything else's fails the job). Secrets are never read: an MPI job's is named for
+# its uid, so one found there is its own.
 - apiGroups: [""]
-  resources: [services, secrets]
+  resources: [services]
   verbs: [create, get]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [create, get, patch]

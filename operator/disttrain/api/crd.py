@@ -111,6 +111,8 @@ def status_schema() -> Schema:
             "gang": gang_status_schema(),
             "elastic": elastic_status_schema(),
             "progress": progress_status_schema(),
+            "sshSecret": string_field("An MPI job's SSH Secret (<job>-ssh-<its uid's first 8 characters>; <job>-ssh "
+                                      "for a job started before that name)."),
             "startTime": string_field("When the operator started the job (or resumed it).", format="date-time"),
             "completionTime": string_field("When the job succeeded or failed.", format="date-time"),
             "observedGeneration": {"type": "integer", "format": "int64",

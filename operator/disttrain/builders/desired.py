@@ -21,8 +21,9 @@ from disttrain.builders import mpi, network, pods, progress, scheduling, tensorf
 
 
 def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | None = None,
-            report_to: progress.ProgressEndpoint | None = None) -> dict[str, Any]:
-    """`report_to`: the operator's progress endpoint, given to the pods that report (None: not served)."""
+            report_to: progress.ProgressEndpoint | None = None, ssh_secret: str | None = None) -> dict[str, Any]:
+    """`report_to`: the operator's progress endpoint, given to the pods that report (None: not served).
+    `ssh_secret`: an MPI job's SSH Secret, as its status says (None: mpi.secret_name)."""
     env = pods.common_env(ref, spec, key)
     if spec.tensorflow is not None:
         env |= tensorflow.pod_env(ref, spec.tensorflow, key)
@@ -30,7 +31,7 @@ def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | No
     else:
         assert spec.mpi is not None
         env |= mpi.pod_env(spec.mpi, key)
-        pod = mpi.pod_additions(ref, spec.mpi, key, pods.base_pod(ref, spec, key, env))
+        pod = mpi.pod_additions(ref, spec.mpi, key, pods.base_pod(ref, spec, key, env), ssh_secret)
     role = reporter_role(spec, key.replica_type, key.index)
     if report_to is not None and role is not None:
         pod = progress.pod_additions(pod, ref, report_to, role)
@@ -39,7 +40,7 @@ def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | No
 
 def supporting_objects(
     ref: JobRef, spec: JobSpec, ssh_keys: mpi.SSHKeys | None, running_workers: Sequence[int] = (),
-    provider: GangProvider | None = None, gang_api: str | None = None,
+    provider: GangProvider | None = None, gang_api: str | None = None, ssh_secret: str | None = None,
 ) -> list[dict[str, Any]]:
     """What the pods need before they start, in the order they are created."""
     if spec.tensorflow is not None:
@@ -49,5 +50,5 @@ def supporting_objects(
         if ssh_keys is None:
             raise ValueError("an MPI job's objects need its SSH keys")
         objects = [pods.headless_service(ref, mpi.service_port()),
-                   *mpi.supporting_objects(ref, spec.mpi, ssh_keys, running_workers)]
+                   *mpi.supporting_objects(ref, spec.mpi, ssh_keys, running_workers, ssh_secret)]
     return objects + network.policies(ref, spec) + scheduling.objects(ref, spec, provider, gang_api)

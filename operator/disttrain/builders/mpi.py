@@ -46,8 +46,11 @@ def config_map_name(job: str) -> str:
     return f"{job}-mpi"
 
 
-def secret_name(job: str) -> str:
-    return f"{job}-ssh"
+def secret_name(job: JobRef) -> str:
+    """The job's SSH Secret: named for its uid too, so no other object holds that name and a create
+    that finds it taken found the job's own (the operator needs no read of Secrets: issue 31). A job
+    an earlier operator started has `<job>-ssh` (its status has no `sshSecret`: decide/passes.py)."""
+    return f"{job.name}-ssh-{job.uid[:8]}" if job.uid else f"{job.name}-ssh"
 
 
 def slots_per_worker(mpi: MPISpec) -> int:
@@ -101,12 +104,12 @@ def ssh_config(mount_path: str) -> str:
     )
 
 
-def desired_secret(job: JobRef, mpi: MPISpec, keys: SSHKeys) -> dict[str, Any]:
+def desired_secret(job: JobRef, mpi: MPISpec, keys: SSHKeys, name: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": object_meta(job, secret_name(job.name), job_labels(job.name)),
+        "metadata": object_meta(job, name, job_labels(job.name)),
         "stringData": {
             SSH_KEY: keys.private,
             f"{SSH_KEY}.pub": keys.public + "\n",
@@ -152,7 +155,8 @@ def pod_env(mpi: MPISpec, key: PodKey) -> dict[str, str]:
     return env
 
 
-def pod_additions(job: JobRef, mpi: MPISpec, key: PodKey, pod: Mapping[str, Any]) -> dict[str, Any]:
+def pod_additions(job: JobRef, mpi: MPISpec, key: PodKey, pod: Mapping[str, Any],
+                  secret: str | None = None) -> dict[str, Any]:
     """The pod with what MPI needs: the SSH Secret (both roles), the hostfile ConfigMap
     (launcher), `sshd -De` for workers that bring no command."""
     volumes: list[dict[str, Any]] = []
@@ -164,7 +168,7 @@ def pod_additions(job: JobRef, mpi: MPISpec, key: PodKey, pod: Mapping[str, Any]
         mounts.append({"name": "mpi-config", "mountPath": CONFIG_MOUNT})
     out = add_volumes(pod, volumes, mounts)
     # The private key only where sshd or mpirun runs: the first container, not a sidecar's.
-    key_volume = {"name": "ssh-auth", "secret": {"secretName": secret_name(job.name), "defaultMode": 0o600}}
+    key_volume = {"name": "ssh-auth", "secret": {"secretName": secret or secret_name(job), "defaultMode": 0o600}}
     out = add_volumes(out, [key_volume], [{"name": "ssh-auth", "mountPath": mpi.ssh_auth_mount_path, "readOnly": True}],
                       first_only=True)
     first = out["spec"]["containers"][0] if out["spec"]["containers"] else {}
@@ -179,6 +183,6 @@ def service_port() -> dict[str, Any]:
     return {"name": "ssh", "port": SSH_PORT, "targetPort": SSH_PORT}
 
 
-def supporting_objects(job: JobRef, mpi: MPISpec, keys: SSHKeys,
-                       running_workers: Sequence[int]) -> list[dict[str, Any]]:
-    return [desired_config_map(job, mpi, running_workers), desired_secret(job, mpi, keys)]
+def supporting_objects(job: JobRef, mpi: MPISpec, keys: SSHKeys, running_workers: Sequence[int],
+                       secret: str | None = None) -> list[dict[str, Any]]:
+    return [desired_config_map(job, mpi, running_workers), desired_secret(job, mpi, keys, secret or secret_name(job))]

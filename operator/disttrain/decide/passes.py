@@ -62,6 +62,8 @@ class Pass:
         self.foreign = [p for p in pods if p.owner_uid != job.ref.uid]
         self.live = [p for p in self.own if not p.terminating]
         self.plan = Plan(status=dict(job.status))
+        if (secret := self.ssh_secret) is not None:
+            self.plan.status["sshSecret"] = secret
         self.phase = Phase(job.status.get("phase") or Phase.PENDING)
         self.kubelet_restarts = sum(p.container_restarts for p in self.live)
         # Restarts the kubelet made in pods gone since the last status without the operator
@@ -111,6 +113,18 @@ class Pass:
     def provider(self) -> GangProvider | None:
         chosen = (self.plan.status.get("gang") or {}).get("provider")
         return GangProvider(chosen) if chosen else None
+
+    @property
+    def ssh_secret(self) -> str | None:
+        """An MPI job's SSH Secret, kept in status.sshSecret: mpi.secret_name (named for the job's
+        uid) for a job this operator started; `<job>-ssh` for one an earlier operator did (its
+        status has a phase and no sshSecret), since its running pods mount that one."""
+        if self.spec.mpi is None:
+            return None
+        said = self.job.status.get("sshSecret")
+        if said:
+            return str(said)
+        return f"{self.job.ref.name}-ssh" if self.job.status.get("phase") else mpi.secret_name(self.job.ref)
 
     @property
     def gang_api(self) -> str | None:

@@ -261,14 +261,14 @@ def create_missing(p: Pass) -> None:
     if not to_create:
         return
     p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider,
-                                            p.gang_api))
+                                            p.gang_api, p.ssh_secret))
     # A running job's group was admitted (its phase isn't read again then: control/groups.py); an
     # elastic job's worker added or replaced while it runs joins it.
     if p.provider is not None and p.phase is not Phase.RUNNING and not gang.admitted(p.provider, p.job.group):
         p.plan.requeue_within(GROUP_POLL_SECONDS)  # its phase is read, not watched
         return
     for key in to_create:
-        pod = queue_steps.place(p, key, job_pod(p.job.ref, p.spec, key, p.provider, p.job.report_to))
+        pod = queue_steps.place(p, key, job_pod(p.job.ref, p.spec, key, p.provider, p.job.report_to, p.ssh_secret))
         if pod is None:  # the admission contradicts the template: the job has failed
             p.plan.create = []
             return

@@ -22,8 +22,9 @@ anything else is done with it; a token's review is cached until it expires, a re
 remembered (REFUSED_TTL), costs its source REFUSAL_COST reviews of its budget and makes it a
 suspect for as long; new tokens are reviewed at most SOURCE_REVIEWS_PER_SECOND a second (and
 SOURCE_CONCURRENT_REVIEWS at once) from one source address, and in all REVIEWS_PER_SECOND from
-sources never refused plus SUSPECT_REVIEWS_PER_SECOND from suspects. Forged tokens, from however many pods, drain the suspects'
-budget after one refusal each, never the one a job's first report is reviewed from.
+sources never refused plus SUSPECT_REVIEWS_PER_SECOND from suspects. Forged tokens, from however
+many pods, drain the suspects' budget after one refusal each, never the one a job's first report
+is reviewed from.
 
 A throttled report's 429 is held back until its turn among the token's held reports would come
 at the token's rate (at most MAX_HOLD), as the API server's priority and fairness queues a flow's
@@ -42,7 +43,7 @@ import json
 import logging
 import math
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -51,6 +52,7 @@ from aiohttp import web
 
 from disttrain.api.constants import GROUP, PLURAL, VERSION
 from disttrain.api.progress import AUDIENCE, ReportError, parse_report
+from disttrain.watch.progress_limits import Bucket, Lru
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
@@ -92,46 +94,12 @@ class Desk(Protocol):
     async def submit(self, identity: Identity, job: JobKey, report: dict[str, Any]) -> str: ...
 
 
-class Bucket:
-    """A token bucket: `rate` a second, `burst` at once."""
-
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
-
-    def take(self, now: float, cost: float = 1.0) -> float:
-        """0 if allowed now (and taken); else the seconds until it would be."""
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if self.tokens >= cost:
-            self.tokens -= cost
-            return 0.0
-        return (cost - self.tokens) / self.rate
-
-    def charge(self, cost: float) -> None:
-        self.tokens -= cost  # may go below zero: a debt paid back at `rate`
-
-
 class Refused(Exception):
     def __init__(self, status: int, result: str, message: str, retry_after: float | None = None,
                  throttled: str | None = None) -> None:
         super().__init__(message)
         self.status, self.result, self.message, self.retry_after = status, result, message, retry_after
         self.throttled = throttled  # the digest of a token over its rate
-
-
-class Lru(OrderedDict[str, Any]):
-    """At most `size` entries; the least recently put go first."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
-
-    def put(self, key: str, value: Any) -> Any:
-        self[key] = value
-        self.move_to_end(key)
-        if len(self) > self.size:
-            self.popitem(last=False)
-        return value
 
 
 class ProgressServer:
