@@ -573,3 +573,39 @@ def test_a_crash_loop_is_said(cluster: Cluster, job_namespace: str) -> None:
     assert status["message"].startswith("pod crashing-worker-0: CrashLoopBackOff: container tf:"), status["message"]
     assert status["restarts"] >= 1
     print(f"crash loop: {status['message']}")
+
+
+def test_a_standby_replica_stays_alive_and_takes_over_when_the_leader_goes(cluster: Cluster,
+                                                                           chart_operator: str) -> None:
+    """Issue 31: with replicaCount 2, a standby served no /healthz (kopf's started with the leader)
+    and the chart's liveness probe restarted it about every 70 s, backing off towards five minutes.
+    Now it is alive and not ready; killed, the leader is replaced by it within the Lease's 15 s
+    (and a readiness period)."""
+    selector = "app.kubernetes.io/name=disttrain-operator"
+    deployment = cluster.kubectl("get", "deploy", "-n", chart_operator, "-l", selector, "-o",
+                                 "jsonpath={.items[0].metadata.name}").stdout
+    cluster.kubectl("scale", "deploy", deployment, "-n", chart_operator, "--replicas=2")
+
+    def ready(pod: Any) -> bool:
+        return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+    def running() -> list[Any]:
+        return [p for p in cluster.pods(chart_operator, selector)
+                if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+    pods = wait_for(lambda: len(found := running()) == 2 and found, 120, "two operator replicas running")
+    leader = wait_for(lambda: next((p for p in running() if ready(p)), None), 60, "the leader ready")
+    standby = next(p for p in pods if p.metadata.name != leader.metadata.name)
+    time.sleep(80)  # past the liveness probe's 10 s + 3 x 20 s: a standby it fails is restarted by now
+    standby = next(p for p in running() if p.metadata.name == standby.metadata.name)
+    assert not ready(standby), "a standby is not behind the progress Service"
+    assert standby.status.container_statuses[0].restart_count == 0, "the standby's liveness probe passes"
+    cluster.kubectl("delete", "pod", leader.metadata.name, "-n", chart_operator, "--grace-period=0", "--force")
+    started = time.monotonic()
+    wait_for(lambda: any(p.metadata.name == standby.metadata.name and ready(p) for p in running()), 60,
+             "the standby leading and ready")
+    took = time.monotonic() - started
+    record_timing("e2e", "failover: leader killed -> standby ready", took)
+    print(f"failover: the standby was ready {took:.1f}s after the leader was killed")
+    assert took < 45
+    cluster.kubectl("scale", "deploy", deployment, "-n", chart_operator, "--replicas=1")
+    wait_for(lambda: len(running()) == 1, 120, "one replica again")
