@@ -17,7 +17,7 @@ from disttrain.builders import gang
 from disttrain.builders.mpi import DISCOVER_HOSTS
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan
-from disttrain.decide.queueing import QueueState, observe_workload, pod_sets
+from disttrain.decide.queueing import QueueState, observe_workload, pod_sets, podsets_hash
 from disttrain.decide.reconcile import reconcile
 from manifests import mpi_job
 
@@ -201,7 +201,9 @@ def test_an_admitted_job_scaled_down_gives_the_quota_of_its_leaving_workers_back
     assert [(op.verb, op.body) for op in gone.workload if op.verb == "json-patch"] == [("json-patch", {"patch": [
         {"op": "test", "path": "/metadata/resourceVersion", "value": "9"},
         {"op": "test", "path": "/spec/podSets/1/name", "value": "worker"},
-        {"op": "replace", "path": "/spec/podSets/1/count", "value": 1}]})]
+        {"op": "replace", "path": "/spec/podSets/1/count", "value": 1},
+        {"op": "replace", "path": "/metadata/annotations/disttrain.dev~1podsets-hash",
+         "value": podsets_hash(pod_sets(parse_spec(elastic_job(1)["spec"])))}]})]
     shrunk = dataclasses.replace(admitted_workload(3), podset_counts=(("launcher", 1), ("worker", 1)))
     again = step(elastic_job(3), running(1), RUNNING, queue=QueueState("q", shrunk))
     assert not created(again), "scaled up again: no worker past the quota it holds now"
@@ -221,3 +223,28 @@ def test_each_leaving_worker_waits_its_own_delay() -> None:
     assert at_30.requeue_after == pytest.approx(25)
     at_55 = step(elastic_job(1), running(2), at_30.status, later(55))
     assert [p.name for p in at_55.delete] == ["mnist-worker-1"]
+
+
+def test_a_shrink_kueue_refuses_is_left_alone_and_holds_nothing_up() -> None:
+    """With Kueue's ElasticJobsViaWorkloadSlices off its webhook refuses a lower count (403): the
+    Workload keeps its quota as before, said once, and the job's pass goes on (the review of issue 31
+    found the refusal raised out of every pass, before the job's creates)."""
+    import asyncio
+
+    from fakes import FakeClock, FakeKube
+
+    from disttrain.apiserver.rest import ApiError
+    from disttrain.control.queues import Queues
+    from disttrain.decide.plan import WorkloadOp
+
+    class Refusing(FakeKube):
+        async def json_patch(self, obj: Any, operations: Any) -> None:
+            self.calls.append(("json-patch", obj["metadata"]["name"]))
+            raise ApiError(403, "Forbidden", b'{"message": "admission webhook denied: field is immutable"}')
+
+    kube = Refusing()
+    queues = Queues(kube, FakeClock())
+    op = WorkloadOp("json-patch", "w", {"patch": []}, uid="wl")
+    for _ in range(3):
+        asyncio.run(queues.write(JobRef("mnist", "ml", "uid-1"), [op]))
+    assert kube.calls.count(("json-patch", "w")) == 1, "asked once, not again every pass"

@@ -32,3 +32,22 @@ def test_a_supported_version_outside_the_tested_ones_is_noted_not_refused() -> N
     newer = version_note({"major": "1", "minor": "38", "gitVersion": "v1.38.0"})
     assert newer is not None and "v1.38.0" in newer and "gang" not in newer
     assert version_problem({"major": "1", "minor": "38", "gitVersion": "v1.38.0"}) is None
+
+
+def test_an_older_crds_status_schema_is_named_by_the_fields_it_lacks() -> None:
+    """The review of issue 31: `helm upgrade` never updates the chart's CRDs, and under the previous
+    schema the API server pruned status.sshSecret and status.elastic.leaving from every write: a
+    job's next pass took it for one an earlier operator started. The operator waits for the CRD,
+    naming what it lacks."""
+    import copy
+
+    from disttrain.api.crd import status_schema
+    from disttrain.runtime.preflight import missing_fields
+
+    ours = status_schema()
+    assert missing_fields(ours, copy.deepcopy(ours), "status") == []
+    before = copy.deepcopy(ours)
+    del before["properties"]["sshSecret"]
+    del before["properties"]["elastic"]["properties"]["leaving"]
+    assert missing_fields(ours, before, "status") == ["status.elastic.leaving", "status.sshSecret"]
+    assert missing_fields(ours, {"type": "object", "x-kubernetes-preserve-unknown-fields": True}, "status") == []

@@ -81,6 +81,7 @@ def test_malformed_tokens_and_bodies_get_4xx_and_a_count_never_500() -> None:
         "a list": b"[]",
         "nothing": b"",
     }
+    gzip_garbage = b"not gzip at all"
 
     async def main() -> None:
         server, listener, runner, url = await _endpoint()
@@ -90,7 +91,14 @@ def test_malformed_tokens_and_bodies_get_4xx_and_a_count_never_500() -> None:
                 assert tokens == [401] * len(MALFORMED_TOKENS), dict(zip(MALFORMED_TOKENS, tokens, strict=True))
                 answers = {name: await _post(session, url, token("uid-w0"), body) for name, body in bodies.items()}
                 assert answers == dict.fromkeys(bodies, 400), answers
-            assert server.counts == {"unauthenticated": len(MALFORMED_TOKENS), "invalid": len(bodies)}
+                # The review of issue 31: a token of bytes that aren't UTF-8 (UnicodeEncodeError at its
+                # digest), and a body that says gzip and isn't (the payload's own error): 500s before.
+                async with session.post(url, data=b"{}", headers={"Authorization": "Bearer \udcff"}) as resp:
+                    assert resp.status == 401
+                async with session.post(url, data=gzip_garbage, headers={
+                        "Authorization": f"Bearer {token('uid-w0')}", "Content-Encoding": "gzip"}) as resp:
+                    assert resp.status == 400
+            assert server.counts == {"unauthenticated": len(MALFORMED_TOKENS) + 1, "invalid": len(bodies) + 1}
         finally:
             await _close(listener, runner)
     asyncio.run(main())
@@ -148,11 +156,19 @@ def test_connections_past_the_bounds_are_refused_at_once(monkeypatch: Any) -> No
         held = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0)) for _ in range(6)]
         await asyncio.sleep(0.2)
         assert len(listener.open) == 4 and listener.refused == 2, "4 from one address, the rest refused"
+        for reader, _ in held[4:]:
+            assert await asyncio.wait_for(reader.read(), 2) == b"", "refused: closed at once"
         other = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.3", 0)) for _ in range(3)]
         await asyncio.sleep(0.2)
-        assert len(listener.open) == 6 and listener.refused == 3, "6 in all"
-        for reader, _ in held[4:] + other[2:]:
-            assert await asyncio.wait_for(reader.read(), 2) == b"", "refused: closed at once"
+        assert len(listener.open) == 6, "6 in all"
+        assert (listener.evicted, listener.refused) == (1, 2), \
+            "the third from .3 took the oldest of .2's four (it held more), not refused"
+        assert await asyncio.wait_for(held[0][0].read(), 2) == b"", ".2's oldest closed to make room"
+        late = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.3", 0))
+        await asyncio.sleep(0.2)
+        assert listener.refused == 3, "3 and 3 now: the newcomer is refused, no one is evicted for it"
+        assert await asyncio.wait_for(late[0].read(), 2) == b""
+        other.append(late)
         for _, writer in held + other:
             writer.close()
         await _close(listener, runner)

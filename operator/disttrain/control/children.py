@@ -76,7 +76,10 @@ class Children:
             return Ownership.OURS
         if obj["kind"] == "Secret":
             # Named for the job's uid (builders/mpi.py, secret_name): taken, it is this job's, made
-            # before a restart. Not read: the operator has no `get` on Secrets (issue 31).
+            # before a restart. Not read: the operator has no `get` on Secrets (issue 31). Someone who
+            # may create Secrets in the namespace could make one first under a queued job's name; who
+            # may create pods there can mount and read the real one anyway (Kubernetes' own model:
+            # a namespace's pod creators read its Secrets), so that gains no one access they lack.
             return Ownership.OURS
         return ownership(ref, await self.kube.get_metadata(obj))
 

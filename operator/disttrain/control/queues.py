@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from disttrain.api.objects import JobRef
+from disttrain.apiserver.rest import ApiError
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan, WorkloadOp
 from disttrain.decide.queueing import (
@@ -45,6 +46,7 @@ class Queues:
     def __init__(self, kube: QueueAPI, clock: Clock) -> None:
         self.kube, self.clock = kube, clock
         self._cache: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
+        self.unshrinkable: set[str] = set()  # Workload uids whose shrink Kueue refused (_shrink)
 
     async def observe(self, job: JobState, labels: Mapping[str, str], annotations: Mapping[str, str],
                       workloads: Iterable[ObservedWorkload]) -> JobState:
@@ -60,7 +62,7 @@ class Queues:
             if workload is not None and workload.admitted:
                 names = {f for assigned in workload.assignments.values() for f in assigned.values()}
                 state = dataclasses.replace(state, flavors={n: await self.flavor(n) for n in sorted(names)})
-            elif workload is None and labels.get(PRIORITY_LABEL):
+            if labels.get(PRIORITY_LABEL):  # made with it, and followed after (queue_steps.follow_queue)
                 state = dataclasses.replace(state, priority=await self.priority(labels[PRIORITY_LABEL]))
         except Exception as err:  # optional to the pass: only its pods and Workload need what it reads
             said = f"{type(err).__name__}: {err}"
@@ -68,6 +70,21 @@ class Queues:
                         job.ref.namespace, job.ref.name, said)
             state = dataclasses.replace(state, unreadable=said)
         return dataclasses.replace(job, queue=state)
+
+    async def _shrink(self, ref: JobRef, target: dict[str, Any], op: WorkloadOp) -> None:
+        """A Workload's count lowered in place, or, where Kueue refuses it (its webhook allows it
+        only with ElasticJobsViaWorkloadSlices, beta and on in v0.19), left as it is: the job keeps
+        its quota until it ends, as before, and is not held up by the refusal. Said once a Workload."""
+        if op.uid in self.unshrinkable:
+            return
+        try:
+            await self.kube.json_patch(target, op.body["patch"])
+        except ApiError as err:
+            if err.status in (409, 429) or err.status >= 500:
+                raise  # a race or the API server's trouble: the next pass tries again
+            self.unshrinkable.add(op.uid)
+            log.warning("%s/%s: Kueue refused to lower Workload %s's worker count (%s); it keeps its quota until "
+                        "the job ends", ref.namespace, ref.name, op.name, err)
 
     async def flavor(self, name: str) -> Flavor:
         found = await self._read("ResourceFlavor", name) or {}
@@ -113,7 +130,7 @@ class Queues:
             elif op.verb in ("adopt", "update"):  # metadata, or the queue and priority it follows
                 await self.kube.patch(target, op.body)
             elif op.verb == "json-patch":  # a podSet's count lowered in place (queue_steps.shrink)
-                await self.kube.json_patch(target, op.body["patch"])
+                await self._shrink(ref, target, op)
             elif op.verb == "release":
                 body = {"metadata": {"resourceVersion": op.resource_version}, "status": op.body}
                 await self.kube.patch(target, body, status=True)

@@ -107,19 +107,24 @@ def shrink(p: Pass, workload: ObservedWorkload) -> None:
     Kueue counts the smaller. Issue 31: the job kept all its quota until it ended."""
     names = [name for name, _ in workload.podset_counts]
     # On a MultiKueue manager a smaller count would read to Kueue as a Workload out of sync with its
-    # worker's copy (ours are not its elastic-job Workloads), which it deletes and dispatches afresh.
-    if elastic.settings(p.spec) is None or "worker" not in names or p.spec.managed_by == MANAGED_BY_MULTIKUEUE:
-        return
+    # worker's copy (ours are not its elastic-job Workloads), which it deletes and dispatches afresh ...
+    if (elastic.settings(p.spec) is None or "worker" not in names or p.spec.managed_by == MANAGED_BY_MULTIKUEUE
+            or (p.job.queue is not None and p.job.queue.prebuilt is not None)):
+        return  # ... nor on a worker's copy, whose Workload the manager's must match
     index = names.index("worker")
     count = workload.podset_counts[index][1]
     assert p.spec.mpi is not None
     if p.spec.mpi.worker.replicas >= count or any(pod.replica_type == "worker" and pod.index >= p.wanted_workers
                                                   for pod in p.own):
         return  # not scaled down (fewer admitted than asked is Kueue's partial admission), or not yet gone
+    # The podsets-hash follows the smaller count: a Workload requeued after an eviction or a suspend is
+    # then replaced if the job was scaled back up meanwhile, instead of being admitted at the old count.
     p.plan.workload.append(WorkloadOp("json-patch", workload.name, {"patch": [  # count: wanted <= replicas
         {"op": "test", "path": "/metadata/resourceVersion", "value": workload.resource_version},
         {"op": "test", "path": f"/spec/podSets/{index}/name", "value": "worker"},
-        {"op": "replace", "path": f"/spec/podSets/{index}/count", "value": p.wanted_workers}]}))
+        {"op": "replace", "path": f"/spec/podSets/{index}/count", "value": p.wanted_workers},
+        {"op": "replace", "path": "/metadata/annotations/" + queueing.PODSETS_HASH.replace("/", "~1"),
+         "value": queueing.podsets_hash(queueing.pod_sets(p.spec))}]}, uid=workload.uid))
 
 
 def adopted(p: Pass, name: str) -> bool:

@@ -22,6 +22,32 @@ from typing import Any
 
 STALE_SECONDS = 60.0
 BEAT_SECONDS = 5.0
+MAX_CONNECTIONS, REQUEST_SECONDS = 16, 5.0  # a probe is one short GET; anyone can connect to the port
+
+
+class BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most MAX_CONNECTIONS at once (past them, closed at once), each
+    given REQUEST_SECONDS: connections that send half a request can't pile up threads or file
+    descriptors in the operator's process (issue 31's review)."""
+
+    daemon_threads = True
+    request_queue_size = 128  # the listen backlog (socketserver's default is 5)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class Health:
@@ -54,6 +80,8 @@ class Health:
         health = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = REQUEST_SECONDS  # a connection that sends nothing holds its thread this long at most
+
             def do_GET(self) -> None:  # http.server's name
                 status, text = health.answer(self.path.split("?")[0])
                 body = text.encode()
@@ -66,8 +94,7 @@ class Health:
             def log_message(self, *_: Any) -> None:  # a line per probe is not a log
                 return None
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = BoundedServer((host, port), Handler)
         threading.Thread(target=self._server.serve_forever, name="health", daemon=True).start()
         return int(self._server.server_address[1])
 

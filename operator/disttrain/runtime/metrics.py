@@ -19,7 +19,8 @@ PROGRESS_REPORTS = Counter(
 PROGRESS_CONNECTIONS = Gauge("disttrain_progress_connections", "Connections open to the progress endpoint")
 PROGRESS_CONNECTIONS_CLOSED = Counter(
     "disttrain_progress_connections_closed_total", "Connections to the progress endpoint closed by its bounds: "
-    "refused (past the connections in all or from one address) or expired (not answered within its deadline)",
+    "refused (past the connections from one address, or in all), expired (not answered within its deadline) or "
+    "evicted (the oldest of the address holding the most, to make room for another's)",
     ["reason"])
 PROGRESS_ENDPOINT_STARTS = Counter("disttrain_progress_endpoint_starts_total",
                                    "Times the progress endpoint's process was started (more than 1: it ended)")

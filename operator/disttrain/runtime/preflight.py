@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from disttrain.api.constants import GROUP, PLURAL, VERSION
+from disttrain.api.crd import status_schema
 from disttrain.apiserver.rest import ApiError, Endpoint, Rest
 
 MINIMUM = (1, 30)
@@ -62,21 +63,56 @@ async def check_kubernetes_version(login: Callable[[], Endpoint]) -> tuple[str |
 
 
 async def wait_for_crd(log: Any, login: Callable[[], Endpoint], interval: float = 1.0) -> None:
-    """Until the API server serves DistTrainJobs. kopf resolves its resources when it starts and
-    did not pick up a CRD that became established a moment later (seen: an operator started right
-    after `kubectl apply` of the CRD never reconciled a job)."""
+    """Until the API server serves DistTrainJobs, with a status schema that has every field this
+    operator writes. kopf resolves its resources when it starts and did not pick up a CRD that became
+    established a moment later (seen: an operator started right after `kubectl apply` of the CRD
+    never reconciled a job). And `helm upgrade` never updates a chart's CRDs: under an older schema
+    the API server prunes the status fields it doesn't know (status.sshSecret, status.elastic.leaving),
+    and a job's status would lose what its next pass reads (issue 31's review). The operator waits,
+    saying what to apply, rather than run on it."""
     async with Rest(login, max_connections=2) as rest:
-        said = False
+        said: set[str] = set()
         while True:
-            try:
-                found = await rest.request("GET", f"/apis/{GROUP}/{VERSION}")
-                if any(r.get("name") == PLURAL for r in found.get("resources") or ()):
-                    return
-            except ApiError as err:
-                if err.status not in (403, 404, 503):
-                    raise
-            if not said:
-                log.warning("waiting for the API server to serve %s.%s/%s (is the CRD installed?)", PLURAL, GROUP,
-                            VERSION)
-                said = True
+            problem = await _crd_problem(rest)
+            if problem is None:
+                return
+            if problem not in said:
+                (log.error if "older" in problem else log.warning)(problem)
+                said.add(problem)
             await asyncio.sleep(interval)
+
+
+async def _crd_problem(rest: Rest) -> str | None:
+    try:
+        found = await rest.request("GET", f"/apis/{GROUP}/{VERSION}")
+        if not any(r.get("name") == PLURAL for r in found.get("resources") or ()):
+            raise ApiError(404, "not served")
+        listed = await rest.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                    params={"fieldSelector": f"metadata.name={PLURAL}.{GROUP}"})
+    except ApiError as err:
+        if err.status not in (403, 404, 503):
+            raise
+        return f"waiting for the API server to serve {PLURAL}.{GROUP}/{VERSION} (is the CRD installed?)"
+    served = next((v for crd in listed.get("items") or () for v in crd["spec"]["versions"] if v["name"] == VERSION),
+                  None)
+    schema = ((served or {}).get("schema") or {}).get("openAPIV3Schema") or {}
+    missing = missing_fields(status_schema(), (schema.get("properties") or {}).get("status") or {}, "status")
+    if not missing:
+        return None
+    return (f"the DistTrainJob CRD installed is older than this operator (its schema has no {', '.join(missing)}): "
+            f"apply this release's CRD (`kubectl apply --server-side -f crds/disttrainjobs.disttrain.dev.yaml`; "
+            f"`helm upgrade` doesn't update CRDs). Waiting for it")
+
+
+def missing_fields(ours: Mapping[str, Any], served: Mapping[str, Any], where: str) -> list[str]:
+    """The object fields of `ours` (an OpenAPI schema) that `served` lacks, as dotted paths."""
+    if served.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    theirs = served.get("properties") or {}
+    missing = []
+    for name, field in (ours.get("properties") or {}).items():
+        if name not in theirs:
+            missing.append(f"{where}.{name}")
+        elif field.get("type") == "object":
+            missing += missing_fields(field, theirs[name], f"{where}.{name}")
+    return missing

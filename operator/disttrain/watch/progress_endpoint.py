@@ -93,7 +93,10 @@ async def serve(link_fd: int, listen_fd: int) -> None:
     log.info("progress endpoint serving on port %d", bound)
     stats = asyncio.create_task(send_stats(link, server, listener))
     try:
-        await reading  # until the controller closes the link
+        # Until the controller closes the link; or, should the listener's or the stats' task end (it
+        # must not), out: the controller starts a whole new endpoint rather than keep one that serves
+        # nobody.
+        await asyncio.wait([reading, stats, *listener.tasks], return_when=asyncio.FIRST_COMPLETED)
     finally:
         stats.cancel()
         await listener.stop()
@@ -103,15 +106,15 @@ async def serve(link_fd: int, listen_fd: int) -> None:
 async def send_stats(link: EndpointSide, server: ProgressServer, listener: Listener) -> None:
     """Each second something changed: the answers by result, the connections open, and those closed
     since (refused past the bounds, or past their deadline)."""
-    told = {"open": 0, "refused": 0, "expired": 0}
+    told = {"open": 0, "refused": 0, "expired": 0, "evicted": 0}
     while True:
         await asyncio.sleep(STATS_EVERY)
-        now = {"open": len(listener.open), "refused": listener.refused, "expired": listener.expired}
+        now = {"open": len(listener.open), "refused": listener.refused, "expired": listener.expired,
+               "evicted": listener.evicted}
         counts = server.take_counts()
         if counts or now != told:
             await link.tell({"counts": counts, "connections": {
-                "open": now["open"], "refused": now["refused"] - told["refused"],
-                "expired": now["expired"] - told["expired"]}})
+                "open": now["open"], **{k: now[k] - told[k] for k in ("refused", "expired", "evicted")}}})
             told = now
 
 

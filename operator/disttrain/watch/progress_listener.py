@@ -6,8 +6,10 @@ holds a 256 KiB buffer per connection from its first byte. 3,000 connections tha
 request line and waited grew the operator from 51 to 897 MB (issue 31). So this listener accepts
 itself, and:
 
-- refuses at once (closes) a connection past MAX_CONNECTIONS open in all, or past MAX_PER_SOURCE
-  from one address: the worst a flood holds is MAX_CONNECTIONS buffers (64 MiB at 256);
+- refuses at once (closes) a connection past MAX_PER_SOURCE from one address; past MAX_CONNECTIONS
+  in all, the oldest connection of the address holding the most goes to make room for an address
+  holding fewer (else the newcomer is refused): the worst a flood holds is MAX_CONNECTIONS buffers
+  (64 MiB at 256), and a few addresses can't keep the rest out;
 - gives the TLS handshake HANDSHAKE_TIMEOUT;
 - aborts a connection that hasn't been answered REQUEST_DEADLINE after it was made or after its
   last answer: a request's line, headers and body, and an idle keep-alive, all within that; aiohttp's
@@ -40,6 +42,7 @@ class Tracked(asyncio.Protocol):
         self.listener, self.source, self.inner = listener, source, inner
         self.since = listener.clock()
         self.transport: asyncio.BaseTransport | None = None
+        self.sock: socket.socket | None = None  # until the handshake is done: what to close to end it
         self.released = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -71,9 +74,10 @@ class Listener:
         self.open: set[Tracked] = set()
         self.per_source: Counter[str] = Counter()
         self.by_transport: dict[int, Tracked] = {}
-        self.refused = self.expired = 0  # connections closed at once, and past their deadline
+        # Connections closed at once, past their deadline, and to make room for another address's.
+        self.refused = self.expired = self.evicted = 0
         self._sock: socket.socket | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self.tasks: list[asyncio.Task[None]] = []
         self._serving: set[asyncio.Task[None]] = set()
 
     async def start(self, sock: socket.socket) -> int:
@@ -81,14 +85,14 @@ class Listener:
         keeps the port across the endpoint's restarts); its port."""
         self._sock = sock
         self._sock.setblocking(False)
-        self._tasks = [asyncio.create_task(self._accept(), name="progress accept"),
+        self.tasks = [asyncio.create_task(self._accept(), name="progress accept"),
                        asyncio.create_task(self._sweep(), name="progress deadlines")]
         return int(self._sock.getsockname()[1])
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        for task in self.tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         if self._sock is not None:
             self._sock.close()
         for tracked in list(self.open):
@@ -117,39 +121,58 @@ class Listener:
         while True:
             try:
                 conn, address = await loop.sock_accept(self._sock)
-            except OSError as err:  # EMFILE and the like: wait, don't spin
-                log.warning("progress endpoint: accept failed: %s", err)
+            except Exception as err:  # EMFILE, MemoryError past the process's bound: wait, don't spin or die
+                log.warning("progress endpoint: accept failed: %s: %s", type(err).__name__, err)
                 await asyncio.sleep(0.1)
                 continue
             source = str(address[0])
-            if len(self.open) >= MAX_CONNECTIONS or self.per_source[source] >= MAX_PER_SOURCE:
+            if self.per_source[source] >= MAX_PER_SOURCE or (len(self.open) >= MAX_CONNECTIONS
+                                                             and not self._make_room(source)):
                 self.refused += 1
                 conn.close()
                 continue
             tracked = Tracked(self, source, self.protocol())
+            tracked.sock = conn
             self.open.add(tracked)
             self.per_source[source] += 1
             serving = loop.create_task(self._serve(conn, tracked))
             self._serving.add(serving)  # held: the loop keeps only a weak reference to a task
             serving.add_done_callback(self._serving.discard)
 
+    def _make_room(self, source: str) -> bool:
+        """All connections are held: the oldest of the address holding the most goes, if it holds
+        more than `source` does, so a few addresses can't keep every other pod out."""
+        most, held = max(self.per_source.items(), key=lambda item: item[1], default=("", 0))
+        if held <= self.per_source[source] + 1:
+            return False
+        oldest = min((t for t in self.open if t.source == most), key=lambda t: t.since)
+        self.evicted += 1
+        self.close(oldest)
+        return True
+
     async def _serve(self, conn: socket.socket, tracked: Tracked) -> None:
         loop = asyncio.get_running_loop()
         try:
             await loop.connect_accepted_socket(lambda: tracked, conn, ssl=self.ssl_context,
                                                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.ssl_context else None)
-        except (OSError, asyncio.CancelledError, ConnectionError, TimeoutError):
-            self.release(tracked)  # the handshake failed or timed out: connection_lost never comes
+        except BaseException:
+            self.release(tracked)  # the handshake failed or timed out (or worse): connection_lost never comes
             conn.close()
 
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_EVERY)
             late = self.clock() - REQUEST_DEADLINE
-            for tracked in [t for t in self.open if t.since < late and t.transport is not None]:
+            for tracked in [t for t in self.open if t.since < late]:
                 self.expired += 1
-                tracked.transport.abort()  # type: ignore[union-attr]
-                self.release(tracked)
+                self.close(tracked)
+
+    def close(self, tracked: Tracked) -> None:
+        if tracked.transport is not None:
+            tracked.transport.abort()  # type: ignore[attr-defined]
+        elif tracked.sock is not None:
+            tracked.sock.close()  # mid-handshake: its connect_accepted_socket fails and is released
+        self.release(tracked)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -141,7 +141,11 @@ class ProgressServer:
             if refused.throttled is not None:
                 await self._hold(refused.throttled, refused.retry_after or 0.0)
             headers = {"Retry-After": str(max(1, math.ceil(refused.retry_after)))} if refused.retry_after else None
-            return web.json_response({"message": refused.message}, status=refused.status, headers=headers)
+            return closing(web.json_response({"message": refused.message}, status=refused.status, headers=headers))
+        except Exception as err:  # what no check above foresaw (a body's encoding, say): a 400, counted
+            self.counts["invalid"] += 1
+            log.debug("progress endpoint: %s: %s", type(err).__name__, err)
+            return closing(web.json_response({"message": f"invalid request: {type(err).__name__}"}, status=400))
         self.counts["accepted"] += 1
         return web.json_response({"message": message}, status=202)
 
@@ -216,6 +220,13 @@ class ProgressServer:
         return identity
 
 
+def closing(response: web.Response) -> web.Response:
+    """A refusal ends its connection: only a reporting pod's accepted reports keep one open (at most
+    KEEPALIVE), so refused requests can't hold the listener's connections by answering fast."""
+    response.force_close()
+    return response
+
+
 def identity_of(review: Any, until: float) -> Identity:
     """The pod a TokenReview's answer names, or Refused."""
     review = review if isinstance(review, dict) else {}
@@ -248,7 +259,7 @@ async def read_report(request: web.Request) -> dict[str, Any]:
 
 def bearer_token(header: str) -> str:
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip() or len(token) > MAX_TOKEN:
+    if scheme.lower() != "bearer" or not token.strip() or len(token) > MAX_TOKEN or not token.isascii():
         raise Refused(401, "unauthenticated", NEEDS_TOKEN)
     return token.strip()
 

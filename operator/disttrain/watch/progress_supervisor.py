@@ -80,12 +80,15 @@ class EndpointProcess:
         assert self.listening is not None
         ours, theirs = socket.socketpair()
         try:
+            self.process = None
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "disttrain.watch.progress_endpoint", "--link-fd", str(theirs.fileno()),
                 "--listen-fd", str(self.listening.fileno()), "--memory-mib", str(self.memory_mib),
                 pass_fds=(theirs.fileno(), self.listening.fileno()), stdin=asyncio.subprocess.DEVNULL)
         finally:
             theirs.close()
+            if self.process is None:
+                ours.close()  # it never started: its end of the link goes too
         self.starts += 1
         metrics.PROGRESS_ENDPOINT_STARTS.inc()
         reader, writer = await asyncio.open_connection(sock=ours, limit=MAX_LINE)
@@ -145,6 +148,6 @@ def on_stats(message: Mapping[str, Any]) -> None:
         return
     if isinstance(now_open := connections.get("open"), int) and 0 <= now_open <= MAX_COUNT:
         metrics.PROGRESS_CONNECTIONS.set(now_open)
-    for reason in ("refused", "expired"):
+    for reason in ("refused", "expired", "evicted"):
         if isinstance(count := connections.get(reason), int) and 0 < count <= MAX_COUNT:
             metrics.PROGRESS_CONNECTIONS_CLOSED.labels(reason=reason).inc(count)
