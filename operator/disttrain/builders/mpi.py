@@ -6,6 +6,7 @@ mpirun on the launcher reaches every worker over SSH by its stable DNS name
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,8 @@ def secret_name(job: JobRef) -> str:
     """The job's SSH Secret: named for its uid too, so no other object holds that name and a create
     that finds it taken found the job's own (the operator needs no read of Secrets: issue 31). A job
     an earlier operator started has `<job>-ssh` (its status has no `sshSecret`: decide/passes.py)."""
-    return f"{job.name}-ssh-{job.uid[:8]}" if job.uid else f"{job.name}-ssh"
+    part = re.sub(r"[^a-z0-9-]", "", job.uid.lower())[:8].strip("-")  # `disttrain render`'s placeholder too
+    return f"{job.name}-ssh-{part}" if part else f"{job.name}-ssh"
 
 
 def slots_per_worker(mpi: MPISpec) -> int:
