@@ -1,17 +1,44 @@
 """Free loopback ports, and whether a component's health endpoint answers on one, for the local
 plane's components and the tests' processes."""
 
+import random
 import socket
 import ssl
 import urllib.error
 import urllib.request
 
+_GIVEN: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A port free now, below the kernel's ephemeral range. A port the kernel picked (bind to 0) is
+    one of that range, which every outgoing connection draws its local port from: between this call
+    and the server's bind, one of the plane's thousands of connections took it ('Address already in
+    use', seen in a clean-clone make test once the progress endpoint bound a few seconds later)."""
+    low = _ephemeral_low()
+    for _ in range(1000):
+        port = random.randrange(10000, max(10001, low))
+        if port in _GIVEN:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
         return port
+    with socket.socket() as sock:  # nothing free below the range: as before
+        sock.bind(("127.0.0.1", 0))
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
 def http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
