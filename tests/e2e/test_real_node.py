@@ -608,4 +608,8 @@ def test_a_standby_replica_stays_alive_and_takes_over_when_the_leader_goes(clust
     print(f"failover: the standby was ready {took:.1f}s after the leader was killed")
     assert took < 45
     cluster.kubectl("scale", "deploy", deployment, "-n", chart_operator, "--replicas=1")
-    wait_for(lambda: len(running()) == 1, 120, "one replica again")
+    # One pod left, none terminating, and it leads: no replica is still standing by or taking the
+    # Lease over when the module uninstalls the chart (the RBAC audit saw one act after its grants
+    # were gone, on the next module's jobs).
+    wait_for(lambda: len(pods := cluster.pods(chart_operator, selector)) == 1 and ready(pods[0]), 120,
+             "one replica again, leading")
