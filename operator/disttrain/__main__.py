@@ -89,7 +89,7 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      "certificate (made if absent)")
     run.add_argument("--progress-status-seconds", type=float, default=15.0,
                      help="write a job's reported progress to its status at most once in this many seconds")
-    run.add_argument("--progress-memory-mib", type=int, default=256,
+    run.add_argument("--progress-memory-mib", type=int, default=384,
                      help="the progress endpoint's process's memory bound (it runs apart from the controller)")
     run.add_argument("--verbose", "-v", action="store_true")
 

@@ -18,7 +18,7 @@ from progress_support import FLOOD_TOOL, endpoint_pid, progress_port, rss_mib
 from support import TIMED, Cluster, OperatorProcess, wait_pods_running
 
 JOBS, CONNECTIONS = 20, 2500
-ENDPOINT_BOUND_MIB, CONTROLLER_LIMIT_MIB = 256, 512  # --progress-memory-mib's default; the chart's limit
+ENDPOINT_BOUND_MIB, CONTROLLER_LIMIT_MIB = 384, 512  # --progress-memory-mib's default; the chart's limit
 
 
 def run_jobs(cluster: Cluster, namespace: str, prefix: str) -> dict[str, float]:

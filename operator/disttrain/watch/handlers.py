@@ -40,7 +40,7 @@ class ProgressSettings:
     secret: tuple[str, str]  # namespace, name: its CA and serving certificate
     hosts: tuple[str, ...]  # what the certificate names
     status_seconds: float  # a job's reported progress is written at most once in this long
-    memory_mib: int = 256  # the endpoint's process's memory bound
+    memory_mib: int = 384  # the endpoint's process's memory bound
 
 
 @kopf.on.login()

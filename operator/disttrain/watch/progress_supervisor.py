@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import sys
 import time
@@ -37,7 +38,7 @@ MAX_COUNT = 1_000_000  # a second's count from the endpoint, at most: it can't i
 
 class EndpointProcess:
     def __init__(self, port: int, desk: Desk, certificate: Callable[[], Awaitable[ServingCert]],
-                 host: str = "0.0.0.0", memory_mib: int = 256,
+                 host: str = "0.0.0.0", memory_mib: int = 384,
                  sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
         self.port, self.desk, self.certificate, self.host, self.memory_mib = port, desk, certificate, host, memory_mib
         self.sleep = sleep
@@ -84,7 +85,8 @@ class EndpointProcess:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "disttrain.watch.progress_endpoint", "--link-fd", str(theirs.fileno()),
                 "--listen-fd", str(self.listening.fileno()), "--memory-mib", str(self.memory_mib),
-                pass_fds=(theirs.fileno(), self.listening.fileno()), stdin=asyncio.subprocess.DEVNULL)
+                pass_fds=(theirs.fileno(), self.listening.fileno()), stdin=asyncio.subprocess.DEVNULL,
+                env={**os.environ, "MALLOC_ARENA_MAX": "2"})  # its memory bound counts arenas whole
         finally:
             theirs.close()
             if self.process is None:
