@@ -134,35 +134,40 @@ def test_discover_hosts_follows_the_workers_after_an_operator_restart() -> None:
     asyncio.run(scenario())
 
 
+def running_only(h: Any, running: set[str]) -> None:
+    """The harness's pods as the watch would show them: those named Running, the rest just made."""
+    h.pods[:] = [observe_pod({**pod, "status": RUNNING if pod["metadata"]["name"] in running else {}})
+                 for pod in h.kube.pods()]
+
+
+def launcher_digest(h: Any) -> str | None:
+    """The discover_hosts.sh digest annotated on the launcher (none yet: None)."""
+    from disttrain.api.constants import DISCOVERY_ANNOTATION
+
+    annotations = h.kube.objects[("Pod", "ml", "mnist-launcher")]["metadata"].get("annotations") or {}
+    return annotations.get(DISCOVERY_ANNOTATION)
+
+
 def test_an_elastic_jobs_launcher_is_touched_when_discovery_changes_after_a_restart_too() -> None:
     """The kubelet refreshes a ConfigMap volume when it syncs the pod: at the pod's next update, else
     once a minute. An elastic job's launcher gets the new discover_hosts.sh's digest as an
     annotation after each write, so horovodrun sees a worker come or go at once."""
-    from disttrain.api.constants import DISCOVERY_ANNOTATION
     from manifests import mpi_job
-
-    def statuses(running: set[str]) -> None:
-        h.pods[:] = [observe_pod({**pod, "status": RUNNING if pod["metadata"]["name"] in running else {}})
-                     for pod in h.kube.pods()]
-
-    def digest() -> str | None:
-        annotations = h.kube.objects[("Pod", "ml", "mnist-launcher")]["metadata"].get("annotations") or {}
-        return annotations.get(DISCOVERY_ANNOTATION)
 
     async def scenario() -> None:
         await h.reconcile()
-        statuses({"mnist-worker-0", "mnist-launcher"})
+        running_only(h, {"mnist-worker-0", "mnist-launcher"})
         await h.reconcile()
-        first = digest()
+        first = launcher_digest(h)
         assert first is not None
         assert ("annotate", "Pod/ml/mnist-launcher") in h.kube.calls
         await h.reconcile()
-        assert digest() == first and h.kube.calls.count(("annotate", "Pod/ml/mnist-launcher")) == 1, \
+        assert launcher_digest(h) == first and h.kube.calls.count(("annotate", "Pod/ml/mnist-launcher")) == 1, \
             "no change, no write"
         restarted(h)
-        statuses({"mnist-worker-0", "mnist-worker-1", "mnist-launcher"})
+        running_only(h, {"mnist-worker-0", "mnist-worker-1", "mnist-launcher"})
         await h.reconcile()
-        assert digest() not in (None, first)
+        assert launcher_digest(h) not in (None, first)
     manifest = mpi_job("mnist", workers=2)
     manifest["spec"]["mpi"].update(launcherStart="Immediately", elastic={"minReplicas": 1, "maxReplicas": 3})
     h = Harness(manifest)
@@ -173,27 +178,18 @@ def test_a_failed_launcher_annotation_is_tried_again_by_the_next_pass() -> None:
     """Issue 31: the ConfigMap's write was remembered before the launcher was annotated, so an
     annotation the API server failed (429, 500, a timeout) was never tried again: the launcher
     waited for the kubelet's minute, longer than the 30 s scale-down delay."""
-    from disttrain.api.constants import DISCOVERY_ANNOTATION
     from disttrain.apiserver.rest import ApiError
     from manifests import mpi_job
 
-    def statuses(running: set[str]) -> None:
-        h.pods[:] = [observe_pod({**pod, "status": RUNNING if pod["metadata"]["name"] in running else {}})
-                     for pod in h.kube.pods()]
-
-    def digest() -> str | None:
-        annotations = h.kube.objects[("Pod", "ml", "mnist-launcher")]["metadata"].get("annotations") or {}
-        return annotations.get(DISCOVERY_ANNOTATION)
-
     async def scenario() -> None:
         await h.reconcile()
-        statuses({"mnist-worker-0", "mnist-launcher"})
+        running_only(h, {"mnist-worker-0", "mnist-launcher"})
         h.kube.annotate_failures.append(ApiError(429, "Too Many Requests", b"{}", {"Retry-After": "1"}))
         with contextlib.suppress(ApiError):  # the work queue retries the pass
             await h.reconcile()
-        assert digest() is None, "the annotation failed"
+        assert launcher_digest(h) is None, "the annotation failed"
         await h.reconcile()
-        assert digest() is not None, "tried again by the next pass"
+        assert launcher_digest(h) is not None, "tried again by the next pass"
     manifest = mpi_job("mnist", workers=2)
     manifest["spec"]["mpi"].update(launcherStart="Immediately", elastic={"minReplicas": 1, "maxReplicas": 3})
     h = Harness(manifest)
