@@ -94,7 +94,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     if progress and cert:
         endpoint = memo["progress_endpoint"] = EndpointProcess(
             progress.port, ProgressDesk(pods, controller.progress, controller.role_of),
-            lambda: serving_cert.ensure(kube, *progress.secret, progress.hosts), memory_mib=progress.memory_mib)
+            lambda: serving_cert.ensure(kube, *progress.secret, progress.hosts), memory_mib=progress.memory_mib,
+            cert=cert)  # made just above: the endpoint's first needs no second read of the Secret
         endpoint.start()
     # No job is reconciled before its pods are known: against an empty index it would make them again.
     await pods.synced.wait()

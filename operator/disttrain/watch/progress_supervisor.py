@@ -38,9 +38,10 @@ MAX_COUNT = 1_000_000  # a second's count from the endpoint, at most: it can't i
 
 class EndpointProcess:
     def __init__(self, port: int, desk: Desk, certificate: Callable[[], Awaitable[ServingCert]],
-                 host: str = "0.0.0.0", memory_mib: int = 384,
+                 host: str = "0.0.0.0", memory_mib: int = 384, cert: ServingCert | None = None,
                  sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
         self.port, self.desk, self.certificate, self.host, self.memory_mib = port, desk, certificate, host, memory_mib
+        self.cert = cert  # the certificate in hand: the start-up's, then the last checked
         self.sleep = sleep
         self.process: asyncio.subprocess.Process | None = None
         self.listening: socket.socket | None = None  # bound here, accepted on there
@@ -114,17 +115,20 @@ class EndpointProcess:
             log.warning("progress endpoint: ended for a line out of protocol: %s", err)
 
     async def _certify(self, writer: asyncio.StreamWriter) -> None:
+        """A new endpoint gets the certificate in hand at once (the start-up's, or the last checked:
+        no Secret read and no signing process per start), then it is checked every CERT_CHECK_SECONDS
+        and a renewal sent on."""
         sent: bytes | None = None
         while True:
-            try:
-                cert = await self.certificate()
-            except Exception as err:  # the API server's trouble: the endpoint keeps the one it has
-                log.warning("progress endpoint: the serving certificate could not be checked: %s", err)
-                cert = None
-            if cert is not None and cert.cert != sent:
-                await send(writer, {"cert": {"ca": cert.ca.decode(), "cert": cert.cert.decode(),
-                                             "key": cert.key.decode()}})
-                sent = cert.cert
+            if self.cert is None or sent is not None:
+                try:
+                    self.cert = await self.certificate()
+                except Exception as err:  # the API server's trouble: the endpoint keeps the one it has
+                    log.warning("progress endpoint: the serving certificate could not be checked: %s", err)
+            if self.cert is not None and self.cert.cert != sent:
+                await send(writer, {"cert": {"ca": self.cert.ca.decode(), "cert": self.cert.cert.decode(),
+                                             "key": self.cert.key.decode()}})
+                sent = self.cert.cert
             await self.sleep(CERT_CHECK_SECONDS if sent is not None else RESTART_BACKOFF[0])
 
     async def _end(self) -> None:
