@@ -16,10 +16,11 @@ need() { [ -x "$1" ] || { echo "building $(basename "$1") ..." >&2; return 0; };
 # One module graph (hack/kube), one `go build` for all of it: the control plane, kubectl (the
 # installed one may be older than the skew policy allows), the real node's kubelet and
 # kube-proxy, CoreDNS with the plugins the cluster's DNS uses (hack/kube/coredns), and
-# scheduler-plugins' Coscheduling scheduler and its PodGroup controller, and Kueue.
-k8s_dir=$BIN_ROOT/kubernetes-$KUBERNETES_VERSION-coredns-$COREDNS_VERSION-sp-$SCHEDULER_PLUGINS_VERSION-kueue-$KUEUE_VERSION
+# scheduler-plugins' Coscheduling scheduler and its PodGroup controller, Kueue, and kube-router
+# (the real node's NetworkPolicy firewall; hack/kube/tools_kuberouter.go says why it is here).
+k8s_dir=$BIN_ROOT/kubernetes-$KUBERNETES_VERSION-coredns-$COREDNS_VERSION-sp-$SCHEDULER_PLUGINS_VERSION-kueue-$KUEUE_VERSION-kr-$KUBE_ROUTER_VERSION
 commands=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy coredns coscheduler
-          coscheduling-controller kueue)
+          coscheduling-controller kueue kube-router)
 missing=()
 for cmd in "${commands[@]}"; do need "$k8s_dir/$cmd" && missing+=("$cmd"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -27,12 +28,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   pkg=k8s.io/component-base/version
   ldflags="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
    -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z \
-   -X $pkg.gitCommit=module-proxy-$KUBERNETES_VERSION -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+   -X $pkg.gitCommit=module-proxy-$KUBERNETES_VERSION -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION \
+   -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION"
   packages=()
   for cmd in "${missing[@]}"; do
     case $cmd in
       coredns|cosched*) packages+=("./$cmd") ;;
       kueue) packages+=(sigs.k8s.io/kueue/cmd/kueue) ;;
+      kube-router) packages+=(github.com/cloudnativelabs/kube-router/v2/cmd/kube-router) ;;
       *) packages+=("k8s.io/kubernetes/cmd/$cmd") ;;
     esac
   done

@@ -110,6 +110,7 @@ class LocalCluster:
     audit_users: tuple[str, ...] = ()
     # ... and of every user in one of these groups (system:serviceaccounts: every pod's and token's).
     audit_groups: tuple[str, ...] = ()
+    service_cidr: str = SERVICE_CIDR
     processes: dict[str, int] = field(default_factory=dict)
     # The children this object started, kept so they are reaped (and Python doesn't warn).
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -134,7 +135,7 @@ class LocalCluster:
 
     def up(self, timeout: float = 60) -> LocalCluster:
         wanted = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
-        wanted += ["kubelet", "kube-proxy", "coredns"] if self.real_node else []
+        wanted += list(realnode.DAEMONS) if self.real_node else []
         wanted += ["coscheduler", "coscheduling-controller", "vc-scheduler"] if self.gang_schedulers else []
         wanted += ["kueue"] if self.kueue else []
         missing = [b for b in wanted if not (BIN_DIR / b).exists()]
@@ -150,7 +151,7 @@ class LocalCluster:
             if self.real_node:
                 realnode.RealNode(self).down()  # whatever an earlier run left behind
                 realnode.create_bridge()
-            write_pki(pki, [self.host, "127.0.0.1", str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))])
+            write_pki(pki, [self.host, "127.0.0.1", str(next(ipaddress.ip_network(self.service_cidr).hosts()))])
             self._start_etcd(deadline)
             self._start_apiserver(pki, deadline)
             self.kubeconfig.write_text(kubeconfig_text(self.server, pki))
@@ -199,7 +200,7 @@ class LocalCluster:
         node = realnode.RealNode(self)
         if "kube-apiserver" in pids and "kubelet" in pids:
             node.drain()
-        _stop(*(pids.pop(name) for name in ("kubelet", "kube-proxy", "coredns") if name in pids))
+        _stop(*(pids.pop(name) for name in realnode.DAEMONS if name in pids))
         realnode.remove_containers()
         if "containerd" in pids:
             _stop(pids.pop("containerd"))
@@ -267,7 +268,7 @@ class LocalCluster:
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             # Node: the real node's kubelet may touch its own Node and pods, nothing else.
             "--authorization-mode=Node,RBAC",
             "--allow-privileged=true",

@@ -1,5 +1,6 @@
-"""A real node for the local control plane: containerd, the CNI bridge, a kubelet, CoreDNS and
-kube-proxy on this machine, beside the KWOK nodes (`LocalCluster(real_node=True)`).
+"""A real node for the local control plane: containerd, the CNI bridge, a kubelet, CoreDNS,
+kube-proxy and a NetworkPolicy firewall (kube-router's, hack/netpolicy.py) on this machine, beside
+the KWOK nodes (`LocalCluster(real_node=True)`).
 
 Pods get their own network namespace and an address on the bridge `dt0` (10.89.0.0/24); the host
 is 10.89.0.1 there, where the API server, the kubelet and CoreDNS listen. Nothing is forwarded
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import netpolicy
 import pki
 from ports import free_port
 
@@ -37,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 NODE_NAME = "real-node-0"
 NODE_KEY = "disttrain.dev/real-node"  # the node's label and taint: pods that want it say so
 BRIDGE, SUBNET, GATEWAY = "dt0", "10.89.0.0/24", "10.89.0.1"
+DAEMONS = ("kubelet", "kube-proxy", "coredns", netpolicy.NAME)  # the node's, stopped before containerd
 # Kept across clusters, so an image is imported once (hack/images.py writes the archives).
 CONTAINERD_ROOT = REPO / ".cache" / "node" / "containerd"
 IMAGE_ARCHIVES = REPO / ".cache" / "images"
@@ -57,6 +60,7 @@ class Plane(Protocol):
 
     root: Path
     server: str
+    service_cidr: str
 
     def spawn(self, name: str, argv: list[str]) -> None: ...
     def wait(self, what: str, ready: Callable[[], object], deadline: float, interval: float = 0.2) -> None: ...
@@ -98,6 +102,7 @@ class RealNode:
         self._start_kubelet()
         self._wait_node_ready(deadline)
         self._start_kube_proxy()
+        netpolicy.start(self.plane, bin_path(netpolicy.NAME), self.dir, NODE_NAME, self.plane.service_cidr, deadline)
 
     def _start_containerd(self, deadline: float) -> None:
         STATE.mkdir(parents=True, exist_ok=True)
@@ -172,6 +177,7 @@ class RealNode:
         iptables chains, cgroups. Safe to call on a half-started or long-dead node."""
         remove_containers()
         remove_iptables_chains()
+        netpolicy.remove_ipsets()
         remove_network()
         unmount_under(self.dir, STATE, CONTAINERD_ROOT)
         remove_cgroups()
@@ -200,8 +206,8 @@ def claim_volume(namespace: str, claim: str, folder: Path) -> dict[str, Any]:
 def ready_to_run() -> bool:
     """Whether this machine has what a real node needs: its binaries (make binaries), the
     Debian packages (make node) and the images (make images)."""
-    tools = ["/usr/bin/containerd", "/usr/sbin/runc", "/usr/lib/cni/bridge"]
-    return all(bin_path(b).exists() for b in ("kubelet", "kube-proxy", "coredns")) and \
+    tools = ["/usr/bin/containerd", "/usr/sbin/runc", "/usr/lib/cni/bridge", "/usr/sbin/ipset"]
+    return all(bin_path(b).exists() for b in ("kubelet", "kube-proxy", "coredns", netpolicy.NAME)) and \
         all(Path(t).exists() for t in tools) and (IMAGE_ARCHIVES / "pause.tar").exists()
 
 
@@ -326,8 +332,9 @@ def remove_containers() -> None:
 
 
 def remove_iptables_chains() -> None:
-    """kube-proxy's Service rules and the kubelet's own chains (KUBE-FIREWALL, its canaries): the
-    jumps into them from the built-in chains first, then the chains."""
+    """kube-proxy's Service rules, the kubelet's own chains (KUBE-FIREWALL, its canaries) and
+    kube-router's (KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*): the jumps into them from the
+    built-in chains first, then the chains."""
     for tool in ("iptables", "ip6tables"):
         for table in ("filter", "nat", "mangle"):
             rules = run(tool, "-t", table, "-S", check=False).stdout.splitlines()
@@ -387,7 +394,8 @@ def leftovers(node_dir: Path) -> list[str]:
         found.append(f"link {BRIDGE}")
     found += [f"iptables {table} {rule}" for table in ("filter", "nat") for rule in
               run("iptables", "-t", table, "-S", check=False).stdout.splitlines() if "KUBE-" in rule]
-    found += [f"process {line}" for line in run("pgrep", "-af", "containerd-shim|kubelet --config|coredns -conf",
-                                                check=False).stdout.splitlines() if str(STATE) in line
-              or str(node_dir) in line]
+    found += netpolicy.leftovers()
+    daemons = "containerd-shim|kubelet --config|coredns -conf|kube-router --kubeconfig"
+    found += [f"process {line}" for line in run("pgrep", "-af", daemons, check=False).stdout.splitlines()
+              if str(STATE) in line or str(node_dir) in line]
     return found

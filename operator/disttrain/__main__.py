@@ -89,6 +89,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      "certificate (made if absent)")
     run.add_argument("--progress-status-seconds", type=float, default=15.0,
                      help="write a job's reported progress to its status at most once in this many seconds")
+    run.add_argument("--progress-pods", metavar="NAMESPACE/KEY=VALUE[,KEY=VALUE...]",
+                     help="the pods serving the endpoint (the chart's operator pods): a job's NetworkPolicy with "
+                     "egress PeersAndDNS lets its pods report to them")
     run.add_argument("--progress-memory-mib", type=int, default=384,
                      help="the progress endpoint's process's memory bound (it runs apart from the controller)")
     run.add_argument("--verbose", "-v", action="store_true")
@@ -137,7 +140,19 @@ def _progress_settings(args: argparse.Namespace) -> Any:
     host = urlsplit(url).hostname or "127.0.0.1"
     return ProgressSettings(port=args.progress_port, url=url, secret=(namespace or "default", name),
                             hosts=(host, "localhost", "127.0.0.1"), status_seconds=args.progress_status_seconds,
-                            memory_mib=args.progress_memory_mib)
+                            memory_mib=args.progress_memory_mib,
+                            pods=_endpoint_pods(args.progress_pods, args.progress_port) if args.progress_pods else None)
+
+
+def _endpoint_pods(text: str, port: int) -> Any:
+    """`--progress-pods NAMESPACE/KEY=VALUE,...`; a malformed one stops the operator at start-up."""
+    from disttrain.builders.progress import EndpointPods
+
+    namespace, _, selector = text.partition("/")
+    pairs = [pair.partition("=") for pair in selector.split(",") if pair]
+    if not namespace or not pairs or any(not key or not sep for key, sep, _ in pairs):
+        raise SystemExit(f"--progress-pods {text!r}: expected NAMESPACE/KEY=VALUE[,KEY=VALUE...]")
+    return EndpointPods(namespace, tuple((key, value) for key, _, value in pairs), port)
 
 
 def _refused_by_version() -> bool:

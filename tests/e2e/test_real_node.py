@@ -18,153 +18,23 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from e2e_support import EXAMPLES, LAST_LINES, Follow, apply_example, finish, running_with
 from support import (
-    ROOT,
     TIMED,
     Cluster,
     LogFollower,
-    OperatorProcess,
     kubectl_binary,
     record_timing,
     wait_for,
-    wait_namespace_ready,
     wait_pods_running,
 )
 
 pytestmark = pytest.mark.e2e
-HELM = ROOT / ".cache" / "bin" / "helm"
-EXAMPLES = ROOT / "examples"
-LAST_LINES = ROOT / ".cache" / "e2e-last-lines"
-Follow = Callable[[str, list[Any]], dict[str, LogFollower]]
-
-
-@pytest.fixture(scope="module")
-def real_node(cluster: Cluster) -> str:
-    import realnode
-
-    nodes = cluster.core.list_node(label_selector=f"{realnode.NODE_KEY}=true").items
-    if not nodes:
-        pytest.skip("no real node in this cluster (DISTTRAIN_REAL_NODE=1, make node images)")
-    return str(nodes[0].metadata.name)
-
-
-def pinned_namespace(cluster: Cluster, name: str) -> str:
-    import realnode
-
-    cluster.core.create_namespace(realnode.pinned_namespace(name))
-    wait_namespace_ready(cluster, name)
-    return name
-
-
-@pytest.fixture(scope="module")
-def chart_operator(crd: Cluster, operator: OperatorProcess, real_node: str) -> Iterator[str]:
-    """The operator as users run it: `helm install` of the chart, the image built here. The
-    session's own operator (a process on this machine) steps aside meanwhile."""
-    operator.stop()
-    release = pinned_namespace(crd, f"disttrain-{uuid.uuid4().hex[:6]}")
-    # Progress is written every 2 s (the chart's default is 15): these trainings last under a minute.
-    subprocess.run([str(HELM), "install", "disttrain", str(ROOT / "charts" / "disttrain-operator"), "-n", release,
-                    "--set", "progress.statusIntervalSeconds=2", "--wait", "--timeout", "180s"], env=crd.env(),
-                   check=True, capture_output=True, text=True)
-    try:
-        yield release
-    finally:
-        subprocess.run([str(HELM), "uninstall", "disttrain", "-n", release, "--wait"], env=crd.env(),
-                       capture_output=True)
-        crd.core.delete_namespace(release)
-        operator.start()
-
-
-@pytest.fixture
-def job_namespace(cluster: Cluster, chart_operator: str) -> Iterator[str]:
-    ns = pinned_namespace(cluster, f"e2e-{uuid.uuid4().hex[:6]}")
-    yield ns
-    cluster.core.delete_namespace(ns)
-    for pv in cluster.core.list_persistent_volume(label_selector=f"disttrain.dev/claim-namespace={ns}").items:
-        cluster.core.delete_persistent_volume(pv.metadata.name)
-
-
-def apply_example(cluster: Cluster, ns: str, path: Path, tmp_path: Path,
-                  env: dict[str, str] | None = None,
-                  edit: Callable[[dict[str, Any]], None] | None = None,
-                  edit_job: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """`kubectl apply -f` the example; each PersistentVolumeClaim in it gets a hostPath volume on
-    the node. `env` overrides variables of the example's containers (the fault run's length);
-    `edit` changes each of them (a GPU example run on this CPU node); `edit_job` the job."""
-    import realnode
-
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    for claim in (d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"):
-        cluster.core.create_persistent_volume(realnode.claim_volume(ns, claim, tmp_path / claim))
-    if env:
-        for replica in yaml_replicas(docs):
-            for container in replica["template"]["spec"]["containers"]:
-                container["env"] = [e for e in container.get("env", []) if e["name"] not in env] + [
-                    {"name": k, "value": v} for k, v in env.items()]
-    if edit:
-        for replica in yaml_replicas(docs):
-            for each in replica["template"]["spec"]["containers"]:
-                edit(each)
-    if edit_job:
-        edit_job(next(d for d in docs if d["kind"] == "DistTrainJob"))
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
-    return next(d for d in docs if d["kind"] == "DistTrainJob")
-
-
-def yaml_replicas(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    job = next(d for d in docs if d["kind"] == "DistTrainJob")["spec"]
-    framework = job.get("tensorflow") or job["mpi"]
-    return [r for r in framework.values() if isinstance(r, dict) and "template" in r]
-
-
-def running_with(cluster: Cluster, ns: str, job: str, needed: set[str], timeout: float = 180) -> list[Any]:
-    """The job's pods Running now, once every pod in `needed` is one of them: for a job whose
-    deciding pod needs no other to be up (TF1's worker 0 trains through the ps alone; the ps
-    example's chief doesn't wait for the evaluator). Such a job may succeed before a peer the
-    kubelet started late ever runs (seen: a volume mount retried after 10 s), and that is no
-    failure of the job."""
-    def running() -> list[Any] | None:
-        pods = [p for p in cluster.pods(ns, f"disttrain.dev/job-name={job}")
-                if not p.metadata.deletion_timestamp and p.status.phase == "Running"]
-        return pods if needed <= {p.metadata.name for p in pods} else None
-    return wait_for(running, timeout, f"{sorted(needed)} of {job} running", interval=0.5)
-
-
-@pytest.fixture
-def follow(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Follow]:
-    """Follow pods' logs; every follower is stopped when the test ends, pass or fail, and the last
-    lines of each pod are kept in .cache/e2e-last-lines/<test>.txt (what a run's report quotes)."""
-    followers: list[LogFollower] = []
-
-    def start(ns: str, pods: list[Any]) -> dict[str, LogFollower]:
-        started = {p.metadata.name: LogFollower(cluster, ns, p.metadata.name) for p in pods}
-        followers.extend(started.values())
-        return started
-    yield start
-    for follower in followers:
-        follower.stop()
-    LAST_LINES.mkdir(parents=True, exist_ok=True)
-    (LAST_LINES / f"{request.node.name}.txt").write_text(
-        "".join(f"--- {f.pod}\n" + "".join(f"{line}\n" for line in f.lines[-4:]) for f in followers))
-
-
-def finish(cluster: Cluster, ns: str, job: str, started: float, logs: dict[str, LogFollower],
-           timeout: float = 600, timing: str | None = None) -> dict[str, Any]:
-    """`timing`: the name the run's time is kept under (default: the job's)."""
-    status = wait_for(lambda: (s := cluster.job_status(ns, job)).get("phase") in ("Succeeded", "Failed") and s,
-                      timeout, f"{job} to finish", interval=1)
-    record_timing("e2e", timing or job, time.monotonic() - started)
-    tails = "\n".join(f"--- {name}\n" + "\n".join(f.lines[-30:]) for name, f in logs.items())
-    assert status["phase"] == "Succeeded", f"{status.get('message')}\n{tails}"
-    return status
 
 
 def test_the_operator_runs_from_its_image_under_the_charts_security_context(cluster: Cluster,

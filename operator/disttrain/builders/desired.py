@@ -41,6 +41,7 @@ def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | No
 def supporting_objects(
     ref: JobRef, spec: JobSpec, ssh_keys: mpi.SSHKeys | None, running_workers: Sequence[int] = (),
     provider: GangProvider | None = None, gang_api: str | None = None, ssh_secret: str | None = None,
+    report_to: progress.ProgressEndpoint | None = None,
 ) -> list[dict[str, Any]]:
     """What the pods need before they start, in the order they are created."""
     if spec.tensorflow is not None:
@@ -51,4 +52,5 @@ def supporting_objects(
             raise ValueError("an MPI job's objects need its SSH keys")
         objects = [pods.headless_service(ref, mpi.service_port()),
                    *mpi.supporting_objects(ref, spec.mpi, ssh_keys, running_workers, ssh_secret)]
-    return objects + network.policies(ref, spec) + scheduling.objects(ref, spec, provider, gang_api)
+    endpoint = report_to.pods if report_to else None
+    return objects + network.policies(ref, spec, endpoint) + scheduling.objects(ref, spec, provider, gang_api)

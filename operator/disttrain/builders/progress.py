@@ -33,11 +33,23 @@ TOKEN_SECONDS = 3600  # the kubelet renews it at 80% of its life
 
 
 @dataclass(frozen=True)
+class EndpointPods:
+    """The pods that serve the endpoint, as a NetworkPolicy names them (the chart's operator pods):
+    a job whose policy limits its egress (`PeersAndDNS`) may still reach them on `port` to report."""
+
+    namespace: str
+    labels: tuple[tuple[str, str], ...]
+    port: int
+
+
+@dataclass(frozen=True)
 class ProgressEndpoint:
-    """Where the operator takes reports: its base URL as the pods reach it, and its CA (PEM)."""
+    """Where the operator takes reports: its base URL as the pods reach it, its CA (PEM), and the
+    pods that serve it (None: not pods, an operator run outside the cluster)."""
 
     url: str
     ca: str
+    pods: EndpointPods | None = None
 
 
 def report_url(endpoint: ProgressEndpoint, job: JobRef) -> str:

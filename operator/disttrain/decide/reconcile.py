@@ -261,7 +261,7 @@ def create_missing(p: Pass) -> None:
     if not to_create:
         return
     p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider,
-                                            p.gang_api, p.ssh_secret))
+                                            p.gang_api, p.ssh_secret, p.job.report_to))
     # A running job's group was admitted (its phase isn't read again then: control/groups.py); an
     # elastic job's worker added or replaced while it runs joins it.
     if p.provider is not None and p.phase is not Phase.RUNNING and not gang.admitted(p.provider, p.job.group):

@@ -18,7 +18,7 @@ from disttrain.api.constants import GROUP, JOB_NAME_LABEL, PLURAL, VERSION
 from disttrain.apiserver import credentials
 from disttrain.apiserver.kube import Kube
 from disttrain.apiserver.rest import Rest
-from disttrain.builders.progress import ProgressEndpoint
+from disttrain.builders.progress import EndpointPods, ProgressEndpoint
 from disttrain.control.controller import Controller, JobKey
 from disttrain.control.status_writes import REPORTED_PROGRESS_INTERVAL
 from disttrain.control.tombstones import RESYNC_SECONDS
@@ -41,6 +41,7 @@ class ProgressSettings:
     hosts: tuple[str, ...]  # what the certificate names
     status_seconds: float  # a job's reported progress is written at most once in this long
     memory_mib: int = 384  # the endpoint's process's memory bound
+    pods: EndpointPods | None = None  # the pods serving it (the chart's), for the jobs' NetworkPolicies
 
 
 @kopf.on.login()
@@ -79,9 +80,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     kube = Kube(rest)
     progress: ProgressSettings | None = memo.get("progress")
     cert = await serving_cert.ensure(kube, *progress.secret, progress.hosts) if progress else None
+    report_to = ProgressEndpoint(progress.url, cert.ca.decode(), progress.pods) if progress and cert else None
     controller = Controller(kube, workers=int(memo.get("workers", 16)),
-                            resync_seconds=float(memo.get("resync_seconds", RESYNC_SECONDS)),
-                            report_to=ProgressEndpoint(progress.url, cert.ca.decode()) if progress and cert else None,
+                            resync_seconds=float(memo.get("resync_seconds", RESYNC_SECONDS)), report_to=report_to,
                             progress_interval=progress.status_seconds if progress else REPORTED_PROGRESS_INTERVAL)
     pods = PodWatch(rest, memo.get("namespaces") or (), changed=controller.queue.add,
                     deleted=controller.tombstones.pod_deleted)
