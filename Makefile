@@ -58,7 +58,7 @@ $(BINARIES_STAMP): $(BINARY_SOURCES)
 
 binaries: $(BINARIES_STAMP) ## the control plane, kubelet and CoreDNS built from the Go module proxy (.cache/bin)
 
-node: ## Debian packages of the real node: containerd, runc, CNI plugins, iptables; buildah, debootstrap
+node: ## Debian packages of the real node: containerd, runc, CNI plugins, iptables, ipset; buildah, debootstrap
 	hack/node/ensure-node-system.sh
 
 images: venv tf-venv mpi-e2e node ## the images, built here with buildah, as OCI archives (.cache/images)

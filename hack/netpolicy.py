@@ -13,6 +13,10 @@ kube-router v2.1.0 is the only version the Go module proxy serves (by exact vers
 flaws are reported against it: it runs on the local test node only and is never in an image or the
 chart (hack/kube/tools_kuberouter.go builds it in hack/kube's graph).
 
+Known: its sync saves the whole filter table and restores it (iptables-restore without --noflush,
+pkg/utils/iptables.go; kube-router#1372), so a kube-proxy filter rule changed in between may be
+undone until kube-proxy's next sync. kube-proxy's Service rules are in the nat table, untouched.
+
 It leaves its chains and ipsets behind when it stops (that is how it keeps enforcing across its own
 restarts): `remove` takes them away after the node's pods are gone, and `leftovers` is what
 `make cluster-down` checks.
@@ -21,6 +25,9 @@ restarts): `remove` takes them away after the node's pods are gone, and `leftove
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import shutil
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -29,10 +36,14 @@ from typing import Any, Protocol
 from ports import free_port
 
 NAME = "kube-router"
-# Its names (pkg/controllers/netpol/network_policy_controller.go, pkg/utils/ipset.go): TMP- sets
-# are the ones it swaps in during a sync; inet6: prefixes IPv6 sets (not enabled here).
-CHAIN_PREFIXES = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-")
-IPSET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-", "TMP-", "inet6:KUBE-", "inet6:TMP-")
+# Its ipsets (pkg/controllers/netpol/network_policy_controller.go, pkg/utils/ipset.go): KUBE-SRC-
+# and KUBE-DST- and 16 base32 characters of a hash, TMP- sets the ones it swaps in during a sync;
+# inet6: names IPv6 sets (not enabled here). Its chains are KUBE-ROUTER-*, KUBE-POD-FW-* and
+# KUBE-NWPLCY-*: realnode.remove_iptables_chains takes every KUBE- chain.
+IPSET_NAME = re.compile(r"^(inet6:)?(KUBE-SRC|KUBE-DST|TMP)-[A-Z2-7]{16}$")
+# Bridged packets reach iptables only with this on (kubeadm's preflight asks for it too); kube-router
+# sets it only from its routing controller, which does not run here.
+BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 
 
 class Plane(Protocol):
@@ -52,15 +63,18 @@ def argv(binary: Path, kubeconfig: Path, node: str, service_cidr: str, health_po
 
 
 def start(plane: Plane, binary: Path, node_dir: Path, node: str, service_cidr: str, deadline: float) -> None:
-    """Start the firewall and wait for its first full sync: its chains hooked into FORWARD. Its
-    kubeconfig (the plane's admin) is copied into the node's folder, which names its process as
-    the node's for `leftovers`."""
+    """Start the firewall and wait until it is healthy (its informers synced) and has hooked its
+    chains into FORWARD; its first full sync follows at once, and a pod's own rules come with the
+    sync its IP triggers (tests/e2e waits for them). Its kubeconfig (the plane's admin) is copied
+    into the node's folder, which names its process as the node's for `leftovers`."""
+    if BRIDGE_NF.exists() and BRIDGE_NF.read_text().strip() != "1":
+        BRIDGE_NF.write_text("1")
     kubeconfig = node_dir / f"{NAME}.kubeconfig"
-    kubeconfig.write_text((plane.root / "kubeconfig").read_text())
-    kubeconfig.chmod(0o600)
+    with open(os.open(kubeconfig, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        out.write((plane.root / "kubeconfig").read_text())
     health = free_port()
     plane.spawn(NAME, argv(binary, kubeconfig, node, service_cidr, health))
-    plane.wait("kube-router's firewall synced", lambda: _hooked() and _healthy(health), deadline, 0.5)
+    plane.wait("kube-router's firewall hooked", lambda: _healthy(health) and _hooked(), deadline, 0.5)
 
 
 def _hooked() -> bool:
@@ -76,8 +90,12 @@ def _healthy(port: int) -> bool:
 
 
 def ipsets() -> list[str]:
+    """kube-router's ipsets on this machine (none where ipset isn't installed: a node started before
+    the firewall came, being taken down)."""
+    if shutil.which("ipset") is None:
+        return []
     listed = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True)
-    return [name for name in listed.stdout.split() if name.startswith(IPSET_PREFIXES)]
+    return [name for name in listed.stdout.split() if IPSET_NAME.match(name)]
 
 
 def remove_ipsets() -> None:

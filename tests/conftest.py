@@ -2,7 +2,8 @@
 and e2e tests: one real control plane per session (or the cluster DISTTRAIN_TEST_KUBECONFIG
 names), the CRD installed, the operator running, a namespace per test.
 
-The local plane gets a real node too (hack/realnode.py: containerd, kubelet, CoreDNS, kube-proxy)
+The local plane gets a real node too (hack/realnode.py: containerd, kubelet, CoreDNS, kube-proxy,
+kube-router's NetworkPolicy firewall)
 when DISTTRAIN_REAL_NODE is 1 (`make test` and `make e2e` set it: no node is then a failure), or,
 with the default `auto`, when this machine can run one (root, `make node images` done).
 """

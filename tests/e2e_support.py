@@ -3,8 +3,10 @@ the examples applied as a user would, their pods' logs followed, a job waited fo
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +83,22 @@ def finish(cluster: Cluster, ns: str, job: str, started: float, logs: dict[str, 
     tails = "\n".join(f"--- {name}\n" + "\n".join(f.lines[-30:]) for name, f in logs.items())
     assert status["phase"] == "Succeeded", f"{status.get('message')}\n{tails}"
     return status
+
+
+@contextlib.contextmanager
+def node_blocks_ssh() -> Iterator[None]:
+    """The node's connections to its pods' port 22 dropped while in the block: the kubelet's SSH
+    startup probe fails, as for an sshd not listening yet (pod-to-pod traffic, mpirun's, is not the
+    node's and passes). In the raw table, not filter: kube-router keeps its jump first in filter's
+    OUTPUT and accepts the node's traffic to its pods there (issue 32), so a REJECT inserted at the
+    head of filter's OUTPUT is moved behind it by the firewall's next sync. The raw table is no
+    one's else here, and comes first; it can't REJECT, so a probe times out (its 1 s) instead of
+    being refused."""
+    import realnode
+
+    rule = ["OUTPUT", "-d", realnode.SUBNET, "-p", "tcp", "--dport", "22", "-j", "DROP"]
+    subprocess.run(["iptables", "-w", "-t", "raw", "-I", *rule], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["iptables", "-w", "-t", "raw", "-D", *rule], check=True)

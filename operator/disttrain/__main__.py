@@ -146,13 +146,21 @@ def _progress_settings(args: argparse.Namespace) -> Any:
 
 def _endpoint_pods(text: str, port: int) -> Any:
     """`--progress-pods NAMESPACE/KEY=VALUE,...`; a malformed one stops the operator at start-up."""
+    import re
+
     from disttrain.builders.progress import EndpointPods
 
+    # Kubernetes' rules: a namespace is a DNS label; a label key an optional DNS-subdomain prefix
+    # and a name; a value a name or empty. A policy the API server refuses would fail every job.
+    name = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
+    key = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{name}$")
     namespace, _, selector = text.partition("/")
-    pairs = [pair.partition("=") for pair in selector.split(",") if pair]
-    if not namespace or not pairs or any(not key or not sep for key, sep, _ in pairs):
-        raise SystemExit(f"--progress-pods {text!r}: expected NAMESPACE/KEY=VALUE[,KEY=VALUE...]")
-    return EndpointPods(namespace, tuple((key, value) for key, _, value in pairs), port)
+    pairs = [pair.partition("=") for pair in selector.split(",")]
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace) or not selector or any(
+            not sep or not key.match(k) or not re.fullmatch(f"{name}?", v) for k, sep, v in pairs):
+        raise SystemExit(f"--progress-pods {text!r}: expected NAMESPACE/KEY=VALUE[,KEY=VALUE...] "
+                         "with Kubernetes' namespace and label syntax")
+    return EndpointPods(namespace, tuple((k, v) for k, _, v in pairs), port)
 
 
 def _refused_by_version() -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from e2e_support import EXAMPLES, LAST_LINES, Follow, apply_example, finish, running_with
+from e2e_support import EXAMPLES, LAST_LINES, Follow, apply_example, finish, node_blocks_ssh, running_with
 from support import (
     TIMED,
     Cluster,
@@ -235,16 +235,12 @@ def test_horovod(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: F
 
 def test_the_launcher_waits_for_a_late_sshd(cluster: Cluster, job_namespace: str, tmp_path: Path,
                                            follow: Follow) -> None:
-    """Ready means reachable (issue 20, mpi-operator#386): the workers' SSH port refuses
-    connections for the first LATE seconds (a REJECT on the node for the pods' port 22, as an sshd
-    not yet listening answers), so the workers run but are not Ready, no launcher is made, and it
-    is made once the port answers; mpirun's connections then succeed and the job trains."""
-    import realnode
-
+    """Ready means reachable (issue 20, mpi-operator#386): the workers' SSH port doesn't answer the
+    node's probe for the first LATE seconds (node_blocks_ssh), so the workers run but are not Ready,
+    no launcher is made, and it is made once the port answers; mpirun's connections then succeed
+    and the job trains."""
     late = 10
-    rule = ["OUTPUT", "-d", realnode.SUBNET, "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset"]
-    subprocess.run(["iptables", "-w", "-I", *rule], check=True)
-    try:
+    with node_blocks_ssh():
         started = time.monotonic()
         apply_example(cluster, job_namespace, EXAMPLES / "horovod" / "job.yaml", tmp_path, env={"TRAIN_STEPS": "60"})
         workers = wait_pods_running(cluster, job_namespace, "horovod-keras", 2, timeout=120)
@@ -254,9 +250,7 @@ def test_the_launcher_waits_for_a_late_sshd(cluster: Cluster, job_namespace: str
         for pod in pods:
             status = pod.status.container_statuses[0]
             assert status.state.running and not status.ready and not status.started, (pod.metadata.name, status)
-    finally:
-        subprocess.run(["iptables", "-w", "-D", *rule], check=True)
-        opened = time.time()
+    opened = time.time()
     launcher_pod = wait_for(lambda: next(iter(cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")),
                                          None), 60, "the launcher")
     assert launcher_pod.metadata.creation_timestamp.timestamp() >= opened - 1, "made only once sshd answered"
@@ -379,7 +373,7 @@ def test_elastic_horovod_grows_survives_a_killed_worker_and_shrinks(cluster: Clu
 def test_elastic_horovod_short_of_min_replicas_too_long_restarts_by_policy(cluster: Cluster, job_namespace: str,
                                                                            tmp_path: Path, follow: Follow) -> None:
     """Issue 24's proof, step 4: minReplicas 2, one worker SIGKILLed, and its replacement kept from
-    becoming Ready (the node refuses the pods' port 22, as an sshd that never listens would: the
+    becoming Ready (the node's probes of port 22 dropped, as for an sshd that never listens: the
     startup probe fails). One worker Ready for longer than belowMinGraceSeconds: the whole job
     restarts (BelowMinReplicas, counted), and once port 22 answers again it trains to the end."""
     import realnode
@@ -394,9 +388,7 @@ def test_elastic_horovod_short_of_min_replicas_too_long_restarts_by_policy(clust
                                    if p.status.phase == "Running"), None), 180, "the launcher running")
     log = follow(job_namespace, [first])[f"{job}-launcher"]
     wait_world(log, 2, 0, "min 2: started with 2 workers")
-    rule = ["OUTPUT", "-d", realnode.SUBNET, "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset"]
-    subprocess.run(["iptables", "-w", "-I", *rule], check=True)
-    try:
+    with node_blocks_ssh():
         victim = next(p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=worker")
                       if p.metadata.name == f"{job}-worker-1")
         killed = time.monotonic()
@@ -407,8 +399,6 @@ def test_elastic_horovod_short_of_min_replicas_too_long_restarts_by_policy(clust
                       time.monotonic() - killed)
         TIMED.append(f"e2e: elastic: {restart.reason}: {restart.message}")
         assert restart.message.startswith("only 1 of spec.mpi.elastic.minReplicas 2 workers Ready"), restart.message
-    finally:
-        subprocess.run(["iptables", "-w", "-D", *rule], check=True)
     second = wait_for(lambda: next((p for p in cluster.pods(job_namespace, "disttrain.dev/replica-type=launcher")
                                     if p.status.phase == "Running" and p.metadata.uid != first.metadata.uid), None),
                       180, "the restarted job's launcher running")

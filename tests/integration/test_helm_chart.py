@@ -79,6 +79,22 @@ def test_helm_template_renders_with_no_flags() -> None:
     assert "Deployment" in kinds and "ConfigMap" not in kinds  # the dashboard is off by default
 
 
+def test_progress_pods_names_the_charts_own_pods() -> None:
+    """Issue 32: a PeersAndDNS job's policy lets its reporter reach the pods `--progress-pods` names;
+    rendered by the chart, they are its Deployment's pods (their selector) in the release's namespace,
+    on the progress port the Service targets."""
+    from disttrain.__main__ import _endpoint_pods
+
+    result = subprocess.run([str(HELM), "template", "rel", str(CHART), "-n", "ops"], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "KUBECONFIG": "/nonexistent"})
+    assert result.returncode == 0, result.stderr
+    deployment = next(d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    flags = dict(a.removeprefix("--").split("=", 1) for a in args if a.startswith("--") and "=" in a)
+    pods = _endpoint_pods(flags["progress-pods"], int(flags["progress-port"]))
+    assert (pods.namespace, dict(pods.labels)) == ("ops", deployment["spec"]["selector"]["matchLabels"])
+
+
 def test_kueue_rbac_grants_kueue_what_multikueue_does_on_our_kind(crd: Cluster) -> None:
     """kueue.rbac.enabled: Kueue's controller may read jobs and write their status (a manager) and
     make, watch and delete them (a worker), as its generic MultiKueue adapter does."""

@@ -1,7 +1,7 @@
 """The opt-in NetworkPolicy (runPolicy.networkPolicy) on the real API server: made before the
 pods, controlled by the job, validated by the API server, and never changed under a running job.
-(Enforcement is the network plugin's: the local node's bridge plugin stores policies and ignores
-them, so no test here can show a connection refused.)"""
+(Enforcement is the network plugin's: KWOK's pods have no network; on the real node kube-router's
+firewall enforces it, tests/e2e/test_network_policy_enforced.py.)"""
 
 from __future__ import annotations
 

@@ -67,6 +67,8 @@ def test_progress_pods_is_parsed_or_refused_at_start_up() -> None:
     assert _endpoint_pods("ops/app.kubernetes.io/name=disttrain-operator,app.kubernetes.io/instance=d", 8443) == \
         EndpointPods("ops", (("app.kubernetes.io/name", "disttrain-operator"), ("app.kubernetes.io/instance", "d")),
                      8443)
-    for bad in ("ops", "/a=b", "ops/", "ops/a", "ops/=b", "ops/a=b,c"):
+    assert _endpoint_pods("ops/tier=", 1).labels == (("tier", ""),), "an empty value is a value"
+    for bad in ("ops", "/a=b", "ops/", "ops/a", "ops/=b", "ops/a=b,c", "ops/a=b,", "Ops/a=b", "ops/a=b c",
+                "ops/a b=c", "ops/-a=b", "ops/a=" + "v" * 64, "ops/Example.COM/a=b"):
         with pytest.raises(SystemExit, match="expected NAMESPACE/KEY=VALUE"):
             _endpoint_pods(bad, 8443)

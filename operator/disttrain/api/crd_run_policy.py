@@ -49,7 +49,8 @@ def network_policy_schema() -> Schema:
         "properties": {
             "egress": enum_field(
                 "Where the pods may connect. All: anywhere (datasets and checkpoints in object storage). "
-                "PeersAndDNS: only to each other and to DNS (port 53).", [e.value for e in Egress],
+                "PeersAndDNS: only to each other, to DNS (port 53) and to the operator's progress endpoint "
+                "(where the chart runs it).", [e.value for e in Egress],
                 defaults.NETWORK_EGRESS),
         },
     }
