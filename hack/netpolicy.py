@@ -5,7 +5,8 @@ firewall (`--run-firewall`, no router, no service proxy, no load-balancer alloca
 pods, namespaces and NetworkPolicies and programs iptables (chains KUBE-ROUTER-*, KUBE-POD-FW-*,
 KUBE-NWPLCY-*) and ipsets (KUBE-SRC-*, KUBE-DST-*) on this machine. Pods talk across the bridge
 `dt0`; bridged packets reach iptables' FORWARD chain because `net.bridge.bridge-nf-call-iptables`
-is 1 (the kernel's br_netfilter, built in here), and kube-router matches them with `physdev`.
+is 1 (the kernel's br_netfilter, built in here; realnode.create_bridge makes sure), and kube-router
+matches them with `physdev`.
 It treats as its own the pods whose hostIP is the node's InternalIP (10.89.0.1), so the KWOK
 nodes' pods are peers in its ipsets and nothing more.
 
@@ -18,22 +19,20 @@ pkg/utils/iptables.go; kube-router#1372), so a kube-proxy filter rule changed in
 undone until kube-proxy's next sync. kube-proxy's Service rules are in the nat table, untouched.
 
 It leaves its chains and ipsets behind when it stops (that is how it keeps enforcing across its own
-restarts): `remove` takes them away after the node's pods are gone, and `leftovers` is what
-`make cluster-down` checks.
+restarts): `remove_ipsets` takes its ipsets away after the node's pods and chains are gone, and
+`leftovers` is what `make cluster-down` checks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
 import subprocess
-import urllib.request
 from pathlib import Path
 from typing import Any, Protocol
 
-from ports import free_port
+from ports import free_port, http_ok
 
 NAME = "kube-router"
 # Its ipsets (pkg/controllers/netpol/network_policy_controller.go, pkg/utils/ipset.go): KUBE-SRC-
@@ -41,9 +40,6 @@ NAME = "kube-router"
 # inet6: names IPv6 sets (not enabled here). Its chains are KUBE-ROUTER-*, KUBE-POD-FW-* and
 # KUBE-NWPLCY-*: realnode.remove_iptables_chains takes every KUBE- chain.
 IPSET_NAME = re.compile(r"^(inet6:)?(KUBE-SRC|KUBE-DST|TMP)-[A-Z2-7]{16}$")
-# Bridged packets reach iptables only with this on (kubeadm's preflight asks for it too); kube-router
-# sets it only from its routing controller, which does not run here.
-BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 
 
 class Plane(Protocol):
@@ -67,26 +63,18 @@ def start(plane: Plane, binary: Path, node_dir: Path, node: str, service_cidr: s
     chains into FORWARD; its first full sync follows at once, and a pod's own rules come with the
     sync its IP triggers (tests/e2e waits for them). Its kubeconfig (the plane's admin) is copied
     into the node's folder, which names its process as the node's for `leftovers`."""
-    if BRIDGE_NF.exists() and BRIDGE_NF.read_text().strip() != "1":
-        BRIDGE_NF.write_text("1")
     kubeconfig = node_dir / f"{NAME}.kubeconfig"
     with open(os.open(kubeconfig, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
         out.write((plane.root / "kubeconfig").read_text())
     health = free_port()
     plane.spawn(NAME, argv(binary, kubeconfig, node, service_cidr, health))
-    plane.wait("kube-router's firewall hooked", lambda: _healthy(health) and _hooked(), deadline, 0.5)
+    healthz = f"http://127.0.0.1:{health}/healthz"
+    plane.wait("kube-router's firewall hooked", lambda: http_ok(healthz) and _hooked(), deadline, 0.5)
 
 
 def _hooked() -> bool:
     forward = subprocess.run(["iptables", "-S", "FORWARD"], capture_output=True, text=True).stdout
     return "-j KUBE-ROUTER-FORWARD" in forward
-
-
-def _healthy(port: int) -> bool:
-    with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz",
-                                                              timeout=2) as response:
-        return bool(response.status == 200)
-    return False
 
 
 def ipsets() -> list[str]:

@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 NODE_NAME = "real-node-0"
 NODE_KEY = "disttrain.dev/real-node"  # the node's label and taint: pods that want it say so
 BRIDGE, SUBNET, GATEWAY = "dt0", "10.89.0.0/24", "10.89.0.1"
+BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 DAEMONS = ("kubelet", "kube-proxy", "coredns", netpolicy.NAME)  # the node's, stopped before containerd
 # Kept across clusters, so an image is imported once (hack/images.py writes the archives).
 CONTAINERD_ROOT = REPO / ".cache" / "node" / "containerd"
@@ -77,7 +78,12 @@ def ctr(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def create_bridge() -> None:
-    """The pods' bridge with the host's address on it, made before the API server binds there."""
+    """The pods' bridge with the host's address on it, made before the API server binds there; and
+    bridged packets handed to iptables (kubeadm's preflight asks for it too), without which the
+    NetworkPolicy firewall never sees pod-to-pod traffic (kube-router sets it only from its router,
+    which does not run here)."""
+    if BRIDGE_NF.exists() and BRIDGE_NF.read_text().strip() != "1":
+        BRIDGE_NF.write_text("1")
     run("ip", "link", "add", BRIDGE, "type", "bridge")
     run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
     run("ip", "link", "set", BRIDGE, "up")

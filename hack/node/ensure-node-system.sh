@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Debian packages the real node and the image builds need: containerd, runc and the CNI plugins
-# (the node), iptables and conntrack (kube-proxy), ipset (kube-router's NetworkPolicy firewall), buildah and debootstrap (make images), gcc
-# (the static pause). A no-op when present. Needs root, as the node itself does.
+# (the node), iptables and conntrack (kube-proxy), ipset (kube-router's NetworkPolicy firewall),
+# buildah and debootstrap (make images), gcc (the static pause). A no-op when present. Needs root,
+# as the node itself does.
 set -euo pipefail
 need=()
 for pair in containerd:containerd runc:runc containernetworking-plugins:/usr/lib/cni/bridge iptables:iptables \
