@@ -10,6 +10,7 @@ from __future__ import annotations
 import yaml
 
 from disttrain.api.constants import CATEGORY, GROUP, KIND, MAX_DNS_LABEL, PLURAL, SHORT_NAME, SINGULAR, VERSION
+from disttrain.api.crd_checkpoint import checkpoint_status_schema, last_checkpoint_schema
 from disttrain.api.crd_run_policy import gang_size_rule, run_policy_schema
 from disttrain.api.crd_spec import (
     FlowMapping,
@@ -72,8 +73,7 @@ DELETED_PODS: Schema = {
 def status_schema() -> Schema:
     counts = {k: int_field(f"Pods of this type that are {k}.") for k in ("active", "ready", "succeeded", "failed")}
     return {
-        "type": "object",
-        "description": "Where the job stands, written by the operator.",
+        "type": "object", "description": "Where the job stands, written by the operator.",
         "properties": {
             "phase": enum_field("Pending, Running, Restarting, Succeeded, Failed or Suspended.",
                                 [p.value for p in Phase]),
@@ -111,6 +111,7 @@ def status_schema() -> Schema:
             "gang": gang_status_schema(),
             "elastic": elastic_status_schema(),
             "progress": progress_status_schema(),
+            "checkpoint": checkpoint_status_schema(), "lastCheckpoint": last_checkpoint_schema(),
             "sshSecret": string_field("An MPI job's SSH Secret (<job>-ssh-<its uid's first 8 characters>; <job>-ssh "
                                       "for a job started before that name)."),
             "startTime": string_field("When the operator started the job (or resumed it).", format="date-time"),

@@ -24,6 +24,14 @@ ELASTIC_BELOW_MIN_GRACE_SECONDS = 120
 BACKOFF_LIMIT = 3
 CLEAN_POD_POLICY = "Running"
 SUSPEND = False
+# How long a stop the operator chooses (a Kueue eviction or preemption, a suspend) waits for the
+# training to confirm a checkpoint (decide/checkpoint_steps.py). Kueue bounds no integration's stop:
+# a preemptor waits until the victim's quota is handed back, and it already waits out the victim
+# pods' graceful termination (terminationGracePeriodSeconds, 30 by default). 30 more seconds at most
+# double that wait, and a training that saves its state takes seconds, not minutes: an epoch saved
+# is worth the preemptor's half a minute. A pod's own disruption (a drain, the scheduler's
+# preemption) gives no notice before SIGTERM, so there the pod's own grace period is the budget.
+CHECKPOINT_GRACE_SECONDS = 30
 GANG_PROVIDER = "Auto"
 NETWORK_EGRESS = "All"
 # The schedulers' names a gang provider's pods get unless the job names one (their usual names:

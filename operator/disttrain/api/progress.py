@@ -27,6 +27,8 @@ AUDIENCE = "disttrain.dev/progress"
 MAX_METRICS = 16
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 MAX_COUNT = 10**12  # epochs and steps: a bound that no training reaches and a JSON number holds exactly
+MAX_PATH = 1024
+REQUEST_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")  # decide/checkpoint_steps.py makes them
 FIELDS = {"epoch": "epoch", "totalEpochs": "total_epochs", "step": "step", "totalSteps": "total_steps"}
 
 
@@ -52,12 +54,23 @@ class ReportError(ValueError):
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint the training confirms it saved, for the request it answers (a stop the
+    operator holds until then: decide/checkpoint_steps.py)."""
+
+    request: str  # the request's id, as the pod read it from its checkpoint-request file
+    step: int | None = None  # the step it holds: a resumed training continues from there
+    path: str = ""  # where it is, as the training names it (a folder on the shared volume, a URL)
+
+
+@dataclass(frozen=True)
 class Report:
     epoch: int | None = None  # epochs completed
     total_epochs: int | None = None
     step: int | None = None  # steps completed, over the whole training
     total_steps: int | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
+    checkpoint: Checkpoint | None = None
 
     @property
     def fraction(self) -> float | None:
@@ -70,12 +83,14 @@ class Report:
 
 def parse_report(body: Any) -> Report:
     """A report's JSON body: `{"epoch": 3, "totalEpochs": 10, "step": 1200, "totalSteps": 4000,
-    "metrics": {"loss": 0.23}}`, every field optional."""
+    "metrics": {"loss": 0.23}, "checkpoint": {"request": "r1", "step": 1200, "path": "/ckpt/1200"}}`,
+    every field optional."""
     if not isinstance(body, Mapping):
         raise ReportError("a report is a JSON object")
-    unknown = sorted(set(body) - set(FIELDS) - {"metrics"})
+    unknown = sorted(set(body) - set(FIELDS) - {"metrics", "checkpoint"})
     if unknown:
-        raise ReportError(f"unknown field {unknown[0]!r}: a report has {', '.join([*FIELDS, 'metrics'])}")
+        raise ReportError(f"unknown field {unknown[0]!r}: a report has "
+                          f"{', '.join([*FIELDS, 'metrics', 'checkpoint'])}")
     counts: dict[str, int | None] = {}
     for name, attr in FIELDS.items():
         value = body.get(name)
@@ -85,7 +100,28 @@ def parse_report(body: Any) -> Report:
     for total in ("totalEpochs", "totalSteps"):
         if body.get(total) == 0:
             raise ReportError(f"{total} must be at least 1")
-    return Report(**counts, metrics=parse_metrics(body.get("metrics")))
+    return Report(**counts, metrics=parse_metrics(body.get("metrics")),
+                  checkpoint=parse_checkpoint(body.get("checkpoint")))
+
+
+def parse_checkpoint(body: Any) -> Checkpoint | None:
+    """`{"request": ID, "step": N, "path": TEXT}`: the request an id as the operator writes them,
+    the path printable text of at most MAX_PATH characters (it goes to the job's status)."""
+    if body is None:
+        return None
+    if not isinstance(body, Mapping):
+        raise ReportError("checkpoint must be an object: request, step, path")
+    unknown = sorted(set(body) - {"request", "step", "path"})
+    if unknown:
+        raise ReportError(f"unknown field checkpoint.{unknown[0]}: a checkpoint has request, step, path")
+    request, step, path = body.get("request"), body.get("step"), body.get("path", "")
+    if not isinstance(request, str) or not REQUEST_ID.fullmatch(request):
+        raise ReportError("checkpoint.request must be the id read from the checkpoint-request file")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_COUNT):
+        raise ReportError(f"checkpoint.step must be a whole number from 0 to {MAX_COUNT}")
+    if not isinstance(path, str) or len(path) > MAX_PATH or not path.isprintable():
+        raise ReportError(f"checkpoint.path must be printable text of at most {MAX_PATH} characters")
+    return Checkpoint(request, step, path)
 
 
 def parse_metrics(metrics: Any) -> dict[str, float]:

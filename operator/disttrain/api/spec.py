@@ -146,6 +146,7 @@ class RunPolicy:
     ttl_seconds_after_finished: int | None = None
     clean_pod_policy: CleanPodPolicy = CleanPodPolicy(defaults.CLEAN_POD_POLICY)
     suspend: bool = defaults.SUSPEND
+    checkpoint_grace_seconds: int = defaults.CHECKPOINT_GRACE_SECONDS
     scheduling: Scheduling = field(default_factory=Scheduling)
     network_policy: NetworkIsolation | None = None  # None: no NetworkPolicy
 
@@ -223,12 +224,9 @@ def parse_run_policy(spec: Mapping[str, Any]) -> RunPolicy:
         ttl_seconds_after_finished=_opt_int(run_raw.get("ttlSecondsAfterFinished")),
         clean_pod_policy=CleanPodPolicy(run_raw.get("cleanPodPolicy", defaults.CLEAN_POD_POLICY)),
         suspend=bool(run_raw.get("suspend", defaults.SUSPEND)),
-        scheduling=Scheduling(
-            scheduler_name=sched_raw.get("schedulerName"),
-            gang=parse_gang(sched_raw.get("gang")),
-            queue=sched_raw.get("queue"),
-            priority_class_name=sched_raw.get("priorityClassName"),
-        ),
+        checkpoint_grace_seconds=int(run_raw.get("checkpointGraceSeconds", defaults.CHECKPOINT_GRACE_SECONDS)),
+        scheduling=Scheduling(scheduler_name=sched_raw.get("schedulerName"), gang=parse_gang(sched_raw.get("gang")),
+                              queue=sched_raw.get("queue"), priority_class_name=sched_raw.get("priorityClassName")),
         network_policy=parse_network_policy(run_raw.get("networkPolicy")),
     )
 

@@ -161,6 +161,7 @@ class RunPolicy(_Object):
     ttl_seconds_after_finished: int | None = None
     clean_pod_policy: CleanPodPolicy | None = None
     suspend: bool | None = None
+    checkpoint_grace_seconds: int | None = None
     scheduling: Scheduling | None = None
     network_policy: NetworkPolicy | None = None
 

@@ -35,11 +35,13 @@ class Children:
         self.supported: set[str] = set()  # uids of jobs whose supporting objects exist and are theirs
         self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
         self.annotated: dict[tuple[str, str], str] = {}  # (job uid, pod uid) -> discovery digest annotated
+        self.marked: dict[tuple[str, str], dict[str, str]] = {}  # (job uid, pod uid) -> plan annotations made
 
     def forget(self, uid: str) -> None:
         self.supported.discard(uid)
         self.written = {k: v for k, v in self.written.items() if k[0] != uid}
         self.annotated = {k: v for k, v in self.annotated.items() if k[0] != uid}
+        self.marked = {k: v for k, v in self.marked.items() if k[0] != uid}
 
     async def create_all(self, exp: Expectations, ref: JobRef, framework: str,
                           objects: list[dict[str, Any]]) -> tuple[tuple[Reason, str] | None, bool]:
@@ -145,3 +147,11 @@ class Children:
             if self.annotated.get((ref.uid, pod.uid)) != digest:
                 await self.kube.annotate_pod(ref.namespace, pod.name, pod.uid, {DISCOVERY_ANNOTATION: digest})
                 self.annotated[(ref.uid, pod.uid)] = digest
+
+    async def annotate(self, ref: JobRef, marks: Sequence[tuple[ObservedPod, dict[str, str]]]) -> None:
+        """A plan's annotations (a checkpoint request), each pod patched once with each: a failed
+        patch raises and the pass, which plans them again while the request stands, retries it."""
+        for pod, wanted in marks:
+            if self.marked.get((ref.uid, pod.uid)) != wanted:
+                await self.kube.annotate_pod(ref.namespace, pod.name, pod.uid, wanted)
+                self.marked[(ref.uid, pod.uid)] = wanted

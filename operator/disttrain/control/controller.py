@@ -73,7 +73,8 @@ class Controller:
         self.statuses = StatusWriter(kube, self.clock, progress_interval)
         # Training progress the pods report (watch/progress_server.py), and where they report to.
         self.report_to = report_to
-        self.progress = ProgressBook(wake=lambda key: self.queue.add_after(key, self.statuses.progress_due(key)))
+        self.progress = ProgressBook(wake=lambda key: self.queue.add_after(key, self.statuses.progress_due(key)),
+                                     wake_now=self.queue.add)
         self.refusals: dict[JobKey, create_refusals.Refusal] = {}
         self.telling = Telling(kube, self.clock)
         self.groups = Groups(kube, self.clock)
@@ -218,6 +219,7 @@ class Controller:
         failure, wait = await self.children.create_all(exp, ref, framework, plan.create)
         for obj in plan.keep_current:
             await self.children.keep_current(ref, obj, plan.remount)
+        await self.children.annotate(ref, plan.annotate)
         if failure is not None and failure[0] in REFUSED:
             return await self._refused(key, ref, body, plan, *failure)
         if any(o["kind"] == "Pod" for o in plan.create):

@@ -28,8 +28,9 @@ class _Entry:
 
 
 class ProgressBook:
-    def __init__(self, wake: Callable[[JobKey], None] = lambda key: None) -> None:
-        self.wake = wake
+    def __init__(self, wake: Callable[[JobKey], None] = lambda key: None,
+                 wake_now: Callable[[JobKey], None] | None = None) -> None:
+        self.wake, self.wake_now = wake, wake_now or wake
         self._entries: dict[JobKey, _Entry] = {}
 
     def record(self, key: JobKey, job_uid: str, role: Role, reporter: str, report: Report,
@@ -39,16 +40,21 @@ class ProgressBook:
             entry = self._entries[key] = _Entry(job_uid, ProgressState())
         state = entry.state
         reported = Reported(report, reporter, at)
+        checkpoint = reported if report.checkpoint is not None else state.checkpoint
         if role is Role.TRAINING:
             gap = state.gap_seconds
             if state.training is not None:
                 newest = max(0.0, (at - state.training.at).total_seconds())
                 gap = newest if gap is None else (1 - GAP_WEIGHT) * gap + GAP_WEIGHT * newest
-            entry.state = ProgressState(training=reported, evaluation=state.evaluation, gap_seconds=gap)
+            entry.state = ProgressState(training=reported, evaluation=state.evaluation, gap_seconds=gap,
+                                        checkpoint=checkpoint)
         else:
-            entry.state = ProgressState(training=state.training, evaluation=reported, gap_seconds=state.gap_seconds)
+            entry.state = ProgressState(training=state.training, evaluation=reported, gap_seconds=state.gap_seconds,
+                                        checkpoint=checkpoint)
         metrics.JOB_GAUGES.observe_report(key, role.value, report)
-        self.wake(key)
+        # A confirmed checkpoint releases a held stop (a preemptor waits on it): looked at now, not
+        # at the status writes' interval.
+        (self.wake_now if report.checkpoint is not None else self.wake)(key)
 
     def state(self, key: JobKey, job_uid: str) -> ProgressState | None:
         entry = self._entries.get(key)

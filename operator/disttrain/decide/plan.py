@@ -46,6 +46,8 @@ class Plan:
     # Supporting objects to delete (a gang's group when the job finishes, is suspended or restarts).
     delete_objects: list[dict[str, Any]] = field(default_factory=list)
     workload: list[WorkloadOp] = field(default_factory=list)
+    # Annotations to set on running pods (a checkpoint request: decide/checkpoint_steps.py).
+    annotate: list[tuple[ObservedPod, dict[str, str]]] = field(default_factory=list)
 
     def requeue_within(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)

@@ -44,6 +44,9 @@ class ProgressState:
     training: Reported | None = None
     evaluation: Reported | None = None
     gap_seconds: float | None = None  # the usual interval between training reports, when known
+    # The latest report that confirmed a checkpoint: kept apart, so a later plain report can't
+    # hide it before the job's next reconcile reads it (decide/checkpoint_steps.py).
+    checkpoint: Reported | None = None
 
 
 def progress_status(state: ProgressState | None, previous: Mapping[str, Any] | None, phase: Phase,

@@ -14,7 +14,7 @@ from typing import Any
 from disttrain.api.constants import MANAGED_BY_MULTIKUEUE
 from disttrain.api.objects import PodKey
 from disttrain.api.status import Phase, set_condition, timestamp
-from disttrain.decide import queueing
+from disttrain.decide import checkpoint_steps, queueing
 from disttrain.decide.passes import Pass
 from disttrain.decide.plan import WorkloadOp
 from disttrain.decide.policies import elastic
@@ -181,6 +181,8 @@ def evicted(p: Pass, workload: ObservedWorkload) -> bool:
     message = (f"Kueue evicted Workload {workload.name}{where} ({cond.get('reason', 'Evicted')}: "
                f"{cond.get('message', '')}); its pods are deleted and it starts afresh once admitted again (no "
                f"restart counted)")
+    if checkpoint_steps.hold_for_checkpoint(p, "Evicted"):
+        return True  # the pods and the quota stay until the checkpoint or its deadline (a bound Kueue waits out)
     p.plan.delete = list(p.live)
     p.release_group()
     hand_back(p, workload)

@@ -20,6 +20,10 @@ class Reason(StrEnum):
     QUEUED = "Queued"  # in a Kueue LocalQueue, not admitted yet
     ADMITTED = "Admitted"
     EVICTED = "Evicted"  # by Kueue (preemption, a timeout...): pods stopped, queued again, no restart spent
+    # Before a stop it chooses, the operator asks for a checkpoint (events): decide/checkpoint_steps.py.
+    CHECKPOINT_REQUESTED = "CheckpointRequested"
+    CHECKPOINTED = "Checkpointed"
+    CHECKPOINT_TIMED_OUT = "CheckpointTimedOut"
     WAITING_FOR_WORKERS = "WaitingForWorkers"
     WAITING_FOR_PREVIOUS_JOB = "WaitingForPreviousJob"
     WAITING_FOR_GANG = "WaitingForGang"

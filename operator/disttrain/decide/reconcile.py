@@ -26,7 +26,7 @@ from disttrain.api.spec import GangProvider, ReplicaType, RestartScope
 from disttrain.api.status import FINISHED, Phase, set_condition, timestamp
 from disttrain.builders import gang, mpi
 from disttrain.builders.desired import job_pod, supporting_objects
-from disttrain.decide import dispatch_steps, elastic_steps, final_steps, queue_steps
+from disttrain.decide import checkpoint_steps, dispatch_steps, elastic_steps, final_steps, queue_steps
 from disttrain.decide.passes import JobState, Pass
 from disttrain.decide.plan import Event, Plan
 from disttrain.decide.policies import cleanup, deadline, elastic, failure, startup, success, waiting
@@ -62,6 +62,8 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
 
 
 def suspend(p: Pass) -> None:
+    if checkpoint_steps.hold_for_checkpoint(p, "Suspended"):  # the pods (and quota) stay till then
+        return
     p.plan.delete = list(p.live)
     p.release_group()
     queue_steps.pause(p, active=False)
@@ -279,8 +281,7 @@ def explain_waiting(p: Pass) -> None:
     """A pending job says what it waits for in `message` (no event: nothing has happened yet); a
     running one says which of its containers is stuck, and stops once none is."""
     if p.phase is Phase.PENDING:
-        found = waiting.why_waiting(p.job.ref.name, p.spec, list(p.wanted), p.own, p.foreign, p.provider,
-                                    p.job.group)
+        found = waiting.why_waiting(p.job.ref.name, p.spec, list(p.wanted), p.own, p.foreign, p.provider, p.job.group)
     elif p.phase in (Phase.RUNNING, Phase.RESTARTING):
         found = waiting.pod_trouble(p.live)
         if found is None and p.phase is Phase.RUNNING and p.plan.status.get("reason") in waiting.POD_TROUBLE:

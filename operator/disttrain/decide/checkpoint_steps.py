@@ -1,0 +1,93 @@
+"""A checkpoint before a stop the operator chooses (issue 33): a Kueue eviction or preemption, or
+runPolicy.suspend. Failures stop at once (there is nothing to save that the training could still
+save), and so does a pod's own disruption: a drain, a taint eviction or the scheduler's preemption
+write their DisruptionTarget condition and delete the pod in the same breath (k8s 1.36,
+pkg/registry/core/pod/storage/eviction.go, pkg/scheduler/framework/preemption/executor.go), so the
+pod's own grace period is the only budget there, and the training saves on SIGTERM.
+
+The ladder:
+- no request yet: one is made (an id, the deadline `checkpointGraceSeconds` from now) and written to
+  `status.checkpoint`; every running pod of the job gets it as its `disttrain.dev/checkpoint-request`
+  annotation, which the kubelet writes to the pod's checkpoint-request file within a second of the
+  pod's update (a downward-API volume is set up again on every pod sync: k8s 1.36,
+  pkg/volume/downwardapi RequiresRemount). No pod needs the API or polls the operator, and every
+  rank reads the same request, which a collective save (MultiWorkerMirrored) needs;
+- the training saves and reports the checkpoint over the progress endpoint (a report with
+  `checkpoint: {request, step, path}`): the stop goes on, `status.lastCheckpoint` says what was
+  saved, and a Checkpointed event;
+- no confirmation by the deadline: the stop goes on, with a Warning event saying so.
+
+Skipped, the stop going on at once: a grace of 0, no progress endpoint to confirm through, or no
+pod running to ask. The request lives in the status, so an operator restarted mid-wait keeps the
+same deadline; a confirmation that arrived just before the restart is lost with the process's
+memory, and the stop then waits for the deadline (a bound, never a hang).
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from disttrain.api.constants import GROUP
+from disttrain.api.status import parse_timestamp, timestamp
+from disttrain.decide.passes import Pass
+from disttrain.decide.plan import Event
+from disttrain.decide.reasons import Reason
+
+REQUEST_ANNOTATION = f"{GROUP}/checkpoint-request"
+
+
+def hold_for_checkpoint(p: Pass, why: str) -> bool:
+    """True while the stop waits for the training's checkpoint (the pods stay); False: stop now.
+    `why`: Evicted or Suspended, as status.checkpoint.reason says."""
+    pending = p.job.status.get("checkpoint")
+    if pending:
+        return _waiting(p, pending)
+    running = [pod for pod in p.live if pod.phase == "Running"]
+    grace = p.spec.run_policy.checkpoint_grace_seconds
+    if grace <= 0 or p.job.report_to is None or not running:
+        return False
+    request = request_id(p.now)
+    p.plan.status["checkpoint"] = {"request": request, "reason": why, "requestedAt": timestamp(p.now),
+                                   "deadline": timestamp(p.now + datetime.timedelta(seconds=grace))}
+    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: request}) for pod in running]
+    p.plan.events.append(Event("Normal", Reason.CHECKPOINT_REQUESTED,
+                                 f"{why}: asked the training for a checkpoint (request {request}) before its pods "
+                                 f"are stopped; waiting up to {grace}s (runPolicy.checkpointGraceSeconds)"))
+    p.plan.requeue_within(grace)
+    return True
+
+
+def _waiting(p: Pass, pending: dict[str, str]) -> bool:
+    confirmed = p.job.progress.checkpoint if p.job.progress else None
+    asked = parse_timestamp(pending.get("requestedAt")) or p.now
+    if confirmed is not None and confirmed.report.checkpoint is not None \
+            and confirmed.report.checkpoint.request == pending.get("request"):
+        saved = confirmed.report.checkpoint
+        waited = max(0.0, (confirmed.at - asked).total_seconds())
+        p.plan.status["lastCheckpoint"] = {"request": saved.request, "step": saved.step, "path": saved.path,
+                                           "confirmedAt": timestamp(confirmed.at), "waitedSeconds": round(waited, 3)}
+        p.plan.status.pop("checkpoint", None)
+        at = f" at step {saved.step}" if saved.step is not None else ""
+        p.plan.events.append(Event("Normal", Reason.CHECKPOINTED,
+                                     f"{confirmed.reporter} saved a checkpoint{at} ({saved.path or 'no path given'}) "
+                                     f"{waited:.1f}s after request {saved.request}: the pods are stopped now"))
+        return False
+    deadline = parse_timestamp(pending.get("deadline")) or p.now
+    # Asked again while it stands: the controller patches each pod once, so this only repeats a
+    # patch that failed, or one a restarted operator can't know was made.
+    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: str(pending.get("request"))}) for pod in p.live
+                       if pod.phase == "Running"]
+    if p.now >= deadline:
+        p.plan.status.pop("checkpoint", None)
+        p.plan.events.append(Event("Warning", Reason.CHECKPOINT_TIMED_OUT,
+                                     f"no checkpoint confirmed for request {pending.get('request')} within "
+                                     f"{(deadline - asked).total_seconds():.0f}s (runPolicy.checkpointGraceSeconds):"
+                                     f" the pods are stopped without it"))
+        return False
+    p.plan.requeue_within((deadline - p.now).total_seconds())
+    return True
+
+
+def request_id(now: datetime.datetime) -> str:
+    """Unique to the job for as long as it lives (one request a stop, never two in a microsecond)."""
+    return f"c{now.strftime('%Y%m%d-%H%M%S-%f')}"

@@ -1,0 +1,148 @@
+"""A checkpoint before a stop the operator chooses (issue 33, decide/checkpoint_steps.py): asked
+through the pods' annotation, waited for until the training confirms it over the progress endpoint
+or the grace passes, and then the stop goes on as before."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+from test_queueing import ADMITTED, FLAVORS, workload
+
+from disttrain.api.objects import JobRef
+from disttrain.api.observed import ObservedPod
+from disttrain.api.progress import Checkpoint, Report, ReportError, Role, parse_report
+from disttrain.api.spec import parse_spec
+from disttrain.builders.progress import ProgressEndpoint
+from disttrain.control.progress_book import ProgressBook
+from disttrain.decide.checkpoint_steps import REQUEST_ANNOTATION
+from disttrain.decide.passes import JobState
+from disttrain.decide.plan import Plan
+from disttrain.decide.progress import ProgressState, Reported
+from disttrain.decide.queueing import ObservedWorkload, QueueState
+from disttrain.decide.reconcile import reconcile
+from manifests import replica, tf_job
+
+REF = JobRef("mnist", "ml", "uid-1")
+NOW = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
+ENDPOINT = ProgressEndpoint("https://disttrain-progress.ops.svc:8443", "ca")
+RUNNING = {"phase": "Running", "startTime": "2026-11-22T11:00:00Z"}
+
+
+def job(**run_policy: Any) -> dict[str, Any]:
+    return tf_job("mnist", run_policy or None, chief=replica(1, cpu="1"), worker=replica(2, gpus=4))
+
+
+def pod(rtype: str, index: int, phase: str = "Running") -> ObservedPod:
+    return ObservedPod(name=f"mnist-{rtype}-{index}", uid=f"u-{rtype}-{index}", owner_uid="uid-1",
+                       replica_type=rtype, index=index, phase=phase, ready=phase == "Running", terminating=False,
+                       exit_code=None, reason=None, container_restarts=0, scheduled=True)
+
+
+PODS = [pod("chief", 0), pod("worker", 0), pod("worker", 1)]
+
+
+def step(spec: dict[str, Any], status: dict[str, Any], *, at: datetime.datetime = NOW,
+         confirmed: Checkpoint | None = None, endpoint: ProgressEndpoint | None = ENDPOINT,
+         wl: ObservedWorkload | None = None, pods: list[ObservedPod] = PODS) -> Plan:
+    progress = ProgressState(checkpoint=Reported(Report(step=1200, checkpoint=confirmed), "mnist-chief-0",
+                                                 at - datetime.timedelta(seconds=1))) if confirmed else None
+    queue = QueueState("team-gpu", wl, FLAVORS) if wl else None
+    state = JobState(REF, 1, parse_spec(spec["spec"]), status, queue=queue, progress=progress, report_to=endpoint)
+    return reconcile(state, pods, at)
+
+
+def test_a_suspend_asks_every_running_pod_and_holds_the_pods() -> None:
+    plan = step(job(suspend=True), RUNNING)
+    assert not plan.delete and plan.status["phase"] == "Running", "the pods stay while the training saves"
+    request = plan.status["checkpoint"]
+    assert request["reason"] == "Suspended" and request["deadline"] == "2026-11-22T12:00:30Z"
+    assert [(p.name, a) for p, a in plan.annotate] == [(p.name, {REQUEST_ANNOTATION: request["request"]})
+                                                       for p in PODS]
+    assert [e.reason for e in plan.events] == ["CheckpointRequested"]
+    assert "waiting up to 30s (runPolicy.checkpointGraceSeconds)" in plan.events[0].message
+    assert plan.requeue_after is not None and plan.requeue_after <= 30
+
+
+def test_the_confirmation_stops_the_pods_and_says_what_was_saved() -> None:
+    held = step(job(suspend=True), RUNNING).status
+    later = NOW + datetime.timedelta(seconds=4)
+    saved = Checkpoint(held["checkpoint"]["request"], 1200, "/checkpoints/ckpt-1200")
+    plan = step(job(suspend=True), held, at=later, confirmed=saved)
+    assert len(plan.delete) == 3 and plan.status["phase"] == "Suspended"
+    assert "checkpoint" not in plan.status
+    assert plan.status["lastCheckpoint"] == {"request": saved.request, "step": 1200, "path": "/checkpoints/ckpt-1200",
+                                             "confirmedAt": "2026-11-22T12:00:03Z", "waitedSeconds": 3.0}
+    assert [e.reason for e in plan.events][:1] == ["Checkpointed"]
+    assert "mnist-chief-0 saved a checkpoint at step 1200 (/checkpoints/ckpt-1200)" in plan.events[0].message
+
+
+def test_a_confirmation_of_another_request_doesnt_count() -> None:
+    held = step(job(suspend=True), RUNNING).status
+    plan = step(job(suspend=True), held, at=NOW + datetime.timedelta(seconds=4),
+                confirmed=Checkpoint("c-some-earlier-request", 900, "/old"))
+    assert not plan.delete and plan.status["checkpoint"] == held["checkpoint"]
+    assert plan.requeue_after == pytest.approx(26)
+
+
+def test_no_confirmation_by_the_deadline_stops_the_pods_and_says_so() -> None:
+    held = step(job(suspend=True, checkpointGraceSeconds=10), RUNNING).status
+    plan = step(job(suspend=True, checkpointGraceSeconds=10), held, at=NOW + datetime.timedelta(seconds=10))
+    assert len(plan.delete) == 3 and plan.status["phase"] == "Suspended" and "checkpoint" not in plan.status
+    [timed_out] = [e for e in plan.events if e.reason == "CheckpointTimedOut"]
+    assert timed_out.type == "Warning" and "within 10s" in timed_out.message
+
+
+@pytest.mark.parametrize("how", ["grace 0", "no endpoint", "no pod running"])
+def test_a_stop_that_cant_be_confirmed_goes_on_at_once(how: str) -> None:
+    spec = job(suspend=True, checkpointGraceSeconds=0) if how == "grace 0" else job(suspend=True)
+    pods = [pod("chief", 0, "Pending")] if how == "no pod running" else PODS
+    plan = step(spec, RUNNING, endpoint=None if how == "no endpoint" else ENDPOINT, pods=pods)
+    assert plan.delete and plan.status["phase"] == "Suspended" and not plan.annotate
+    assert "checkpoint" not in plan.status
+
+
+def test_a_kueue_eviction_keeps_its_quota_until_the_checkpoint_then_hands_it_back() -> None:
+    evicted = workload(*ADMITTED, ("Evicted", True, "Preempted", "Preempted to accommodate a workload"))
+    held = step(job(), RUNNING, wl=evicted)
+    assert not held.delete and held.status["checkpoint"]["reason"] == "Evicted"
+    assert not [op for op in held.workload if op.verb == "release"], "the quota stays while it saves"
+    saved = Checkpoint(held.status["checkpoint"]["request"], 50, "gs://bucket/run/50")
+    stopping = step(job(), held.status, wl=evicted, at=NOW + datetime.timedelta(seconds=2), confirmed=saved)
+    assert len(stopping.delete) == 3 and stopping.status["phase"] == "Queued" and stopping.status["reason"] == "Evicted"
+    gone = step(job(), stopping.status, wl=evicted, pods=[], at=NOW + datetime.timedelta(seconds=3))
+    assert [op.verb for op in gone.workload if op.verb == "release"] == ["release"]
+
+
+def test_an_operator_restarted_mid_wait_keeps_the_deadline_and_asks_again() -> None:
+    """The request lives in the status: a new process plans the same annotation (the controller
+    patches a pod once per process) and the same deadline."""
+    held = step(job(suspend=True), RUNNING).status
+    again = step(job(suspend=True), held, at=NOW + datetime.timedelta(seconds=20))
+    assert [a for _, a in again.annotate] == [{REQUEST_ANNOTATION: held["checkpoint"]["request"]}] * 3
+    assert again.status["checkpoint"] == held["checkpoint"] and not again.events
+    assert again.requeue_after == pytest.approx(10)
+
+
+def test_a_report_confirms_a_checkpoint_and_the_book_keeps_it_past_later_reports() -> None:
+    report = parse_report({"step": 1200, "checkpoint": {"request": "c20261122-120000-000000", "step": 1200,
+                                                         "path": "/checkpoints/ckpt-1200"}})
+    assert report.checkpoint == Checkpoint("c20261122-120000-000000", 1200, "/checkpoints/ckpt-1200")
+    woken: list[str] = []
+    book = ProgressBook(wake=lambda key: woken.append("later"), wake_now=lambda key: woken.append("now"))
+    book.record(("ml", "mnist"), "uid-1", Role.TRAINING, "mnist-chief-0", report, NOW)
+    book.record(("ml", "mnist"), "uid-1", Role.TRAINING, "mnist-chief-0", parse_report({"step": 1201}), NOW)
+    state = book.state(("ml", "mnist"), "uid-1")
+    assert state is not None and state.checkpoint is not None
+    assert state.checkpoint.report.checkpoint == report.checkpoint
+    assert woken == ["now", "later"], "a confirmation wakes the job at once"
+
+
+@pytest.mark.parametrize("bad", [
+    "c1", {"request": "UPPER"}, {"request": "x" * 64}, {"request": "c1", "step": -1}, {"request": "c1", "step": True},
+    {"request": "c1", "path": "a\nb"}, {"request": "c1", "path": "p" * 1025}, {"request": "c1", "extra": 1},
+    {"step": 3}])
+def test_a_malformed_confirmation_is_refused_naming_the_field(bad: Any) -> None:
+    with pytest.raises(ReportError, match="checkpoint"):
+        parse_report({"checkpoint": bad})
