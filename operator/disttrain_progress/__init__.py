@@ -7,6 +7,16 @@
 
 `kubectl get dtj` then shows PROGRESS% and ETA, `disttrain progress JOB` draws the curves.
 
+Before the operator stops the job for a reason that isn't a failure (a Kueue preemption, a suspend)
+it asks for a checkpoint and waits `runPolicy.checkpointGraceSeconds` for the confirmation:
+
+    if (request := progress.checkpoint_requested()) is not None:   # every rank sees it
+        save()                                                       # your strategy's own save
+        progress.confirm_checkpoint(request, step=step, path=where)  # the reporting rank tells
+
+The request is a file every pod of the job has (DISTTRAIN_CHECKPOINT_DIR/request), rewritten by
+the kubelet within a second of the operator's ask; checking it is one small read.
+
 Standard library only. It never fails or slows the training: `report()` only swaps in the latest
 report (one is held; an older one not yet sent is dropped), a daemon thread sends it, and when the
 operator can't be reached the thread backs off (to a minute) while training goes on; a flush at
@@ -41,9 +51,11 @@ from typing import Any, TypeVar
 
 _Method = TypeVar("_Method", bound=Callable[..., None])
 
-__all__ = ["DEFAULT_DIR", "Reporter", "flush", "for_rank", "keras_callback", "report", "reporter"]
+__all__ = ["CHECKPOINT_DIR", "DEFAULT_DIR", "Reporter", "checkpoint_requested", "confirm_checkpoint", "flush",
+           "for_rank", "keras_callback", "report", "reporter"]
 
 DEFAULT_DIR = "/var/run/secrets/disttrain.dev/progress"
+CHECKPOINT_DIR = "/var/run/disttrain.dev/checkpoint"
 MAX_METRICS = 16
 _NAME = re.compile(r"[^A-Za-z0-9_]")
 BACKOFF = (1.0, 60.0)  # seconds after a failed send: first, at most
@@ -87,6 +99,7 @@ class Reporter:
         self._addresses: dict[tuple[str, int], list[Any]] = {}  # the endpoint's, as last resolved
         self._hurry = False  # a flush: try now, not after the backoff
         self._told = 0.0  # seconds the operator's last answer said to wait (Retry-After)
+        self._last: dict[str, Any] = {}  # the latest report's body, which a confirmation repeats
         self.sent = self.refused = 0
 
     @property
@@ -112,6 +125,22 @@ class Reporter:
             self._say(f"not reported (epoch and steps are whole numbers): {type(err).__name__}: {err}")
             return
         body["metrics"] = _clean_metrics(metrics)
+        self._last = dict(body)
+        self._put(body)
+
+    def confirm(self, request: str, step: int | None = None, path: str = "", timeout: float = 10.0) -> bool:
+        """Tell the operator that the checkpoint it asked for (`request`) is saved, with the step it
+        holds and where: sent at once (not after the reports' interval), with the latest report's
+        counts. True once the operator took it, within `timeout`."""
+        if not self.enabled:
+            return False
+        checkpoint: dict[str, Any] = {"request": str(request)[:63], "path": str(path)[:1024]}
+        if step is not None:
+            checkpoint["step"] = int(step)
+        self._put({**self._last, "checkpoint": checkpoint})
+        return self.flush(timeout)
+
+    def _put(self, body: dict[str, Any]) -> None:
         with self._lock:
             self._pending = body
             if self._thread is None:
@@ -232,6 +261,9 @@ class _Silent:
     def flush(self, timeout: float = 5.0) -> bool:
         return True
 
+    def confirm(self, request: str, step: int | None = None, path: str = "", timeout: float = 10.0) -> bool:
+        return False
+
 
 _default: Reporter | None = None
 
@@ -253,6 +285,29 @@ def report(epoch: int | None = None, total_epochs: int | None = None, step: int 
 
 def flush(timeout: float = 5.0) -> bool:
     return reporter().flush(timeout)
+
+
+_confirmed: set[str] = set()
+
+
+def checkpoint_requested(directory: str | None = None) -> str | None:
+    """The id of the checkpoint the operator asks for before it stops this job's pods, until this
+    process confirms it; None when none is asked. Every rank of every pod sees the same id."""
+    where = directory or os.environ.get("DISTTRAIN_CHECKPOINT_DIR") or CHECKPOINT_DIR
+    try:
+        with open(os.path.join(where, "request"), encoding="utf-8") as file:
+            request = file.read(128).strip()
+    except OSError:
+        return None
+    return request if request and request not in _confirmed else None
+
+
+def confirm_checkpoint(request: str, step: int | None = None, path: str = "", timeout: float = 10.0) -> bool:
+    """The reporting rank's confirmation that the checkpoint `request` is saved (`step`, `path`):
+    the operator stops the pods then rather than at its deadline. Every rank may call it; only the
+    reporting one sends (the others return False). `checkpoint_requested()` is None after it."""
+    _confirmed.add(request)
+    return reporter().confirm(request, step=step, path=path, timeout=timeout)
 
 
 def for_rank(rank: int) -> Reporter | _Silent:

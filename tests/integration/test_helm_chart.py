@@ -340,10 +340,10 @@ def test_health_and_metrics_endpoints(cluster: Cluster, namespace: str, tmp_path
 
 def test_the_operator_may_patch_a_pod_only_for_its_discovery_annotation(cluster: Cluster, namespace: str,
                                                                          operator: OperatorProcess) -> None:
-    """Issue 31: RBAC grants `patch` on pods whole and cluster-wide, for one annotation on a
-    launcher. The chart's policy (templates/pod-patch-policy.yaml, applied with the session's RBAC)
-    lets the operator's ServiceAccount change that annotation on a DistTrainJob's pod, and nothing
-    else of it, nor anything of any other pod."""
+    """Issue 31: RBAC grants `patch` on pods whole and cluster-wide, for an annotation on a launcher
+    (and, issue 33, a checkpoint request on a job's pods). The chart's policy (templates/pod-patch-
+    policy.yaml, applied with the session's RBAC) lets the operator's ServiceAccount change those
+    annotations on a DistTrainJob's pod, and nothing else of it, nor anything of any other pod."""
     as_operator = operator.cluster  # the chart's ServiceAccount's token (conftest: chart_identity)
     cluster.apply(mwms_job("patched", workers=2), namespace)
     wait_pods_running(cluster, namespace, "patched", 2)
@@ -352,8 +352,9 @@ def test_the_operator_may_patch_a_pod_only_for_its_discovery_annotation(cluster:
     def change(pod: str, *what: str) -> subprocess.CompletedProcess[str]:
         return as_operator.kubectl(what[0], "pod", pod, "-n", namespace, "--overwrite", *what[1:], check=False)
 
-    allowed = change("patched-worker-0", "annotate", "disttrain.dev/discovery=abc")
-    assert allowed.returncode == 0, allowed.stderr
+    for annotation in ("disttrain.dev/discovery=abc", "disttrain.dev/checkpoint-request=c20261122-120000-000000"):
+        allowed = change("patched-worker-0", "annotate", annotation)
+        assert allowed.returncode == 0, allowed.stderr
     for pod, what in (("patched-worker-0", ("label", "stolen=yes")),
                       ("patched-worker-0", ("annotate", "other=1")),
                       ("bare", ("annotate", "disttrain.dev/discovery=abc"))):

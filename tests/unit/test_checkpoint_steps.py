@@ -14,9 +14,9 @@ from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod
 from disttrain.api.progress import Checkpoint, Report, ReportError, Role, parse_report
 from disttrain.api.spec import parse_spec
+from disttrain.builders.checkpoint import REQUEST_ANNOTATION
 from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.progress_book import ProgressBook
-from disttrain.decide.checkpoint_steps import REQUEST_ANNOTATION
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan
 from disttrain.decide.progress import ProgressState, Reported
@@ -146,3 +146,22 @@ def test_a_report_confirms_a_checkpoint_and_the_book_keeps_it_past_later_reports
 def test_a_malformed_confirmation_is_refused_naming_the_field(bad: Any) -> None:
     with pytest.raises(ReportError, match="checkpoint"):
         parse_report({"checkpoint": bad})
+
+
+def test_every_pod_hears_the_request_through_a_file_of_its_annotation() -> None:
+    from disttrain.api.objects import PodKey
+    from disttrain.builders.checkpoint import CHECKPOINT_DIR
+    from disttrain.builders.desired import job_pod
+
+    spec = parse_spec(job()["spec"])
+    for key in (PodKey("chief", 0), PodKey("worker", 1)):
+        built = job_pod(REF, spec, key, report_to=ENDPOINT)
+        [volume] = [v for v in built["spec"]["volumes"] if v["name"] == "disttrain-checkpoint"]
+        assert volume["downwardAPI"]["items"] == [
+            {"path": "request", "fieldRef": {"fieldPath": f"metadata.annotations['{REQUEST_ANNOTATION}']"}}]
+        for container in built["spec"]["containers"]:
+            assert {"name": "disttrain-checkpoint", "mountPath": CHECKPOINT_DIR, "readOnly": True} in \
+                container["volumeMounts"]
+            assert {"name": "DISTTRAIN_CHECKPOINT_DIR", "value": CHECKPOINT_DIR} in container["env"]
+    bare = job_pod(REF, spec, PodKey("worker", 1))
+    assert "disttrain-checkpoint" not in str(bare), "no endpoint to confirm through: nothing to hear"

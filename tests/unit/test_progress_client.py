@@ -73,6 +73,7 @@ def endpoint(cert: serving_cert.ServingCert) -> Iterator[Endpoint]:
 
 
 def volume(tmp_path: Path, cert: serving_cert.ServingCert, port: int, role: str = "training") -> Path:
+    tmp_path.mkdir(exist_ok=True)
     (tmp_path / "url").write_text(f"https://localhost:{port}/apis/disttrain.dev/v1/namespaces/ml/disttrainjobs/m/progress")
     (tmp_path / "ca.crt").write_bytes(cert.ca)
     (tmp_path / "role").write_text(role)
@@ -239,3 +240,26 @@ def test_the_operator_never_loads_cryptography_for_its_endpoint() -> None:
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_checkpoint_request_is_read_from_its_file_and_confirmed_at_once(
+        tmp_path: Path, cert: serving_cert.ServingCert, endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: the request is the file the kubelet writes from the pod's annotation (empty until
+    asked); the confirmation goes out at once, with the latest counts, past the reports' interval."""
+    asked = tmp_path / "checkpoint"
+    asked.mkdir()
+    (asked / "request").write_text("")
+    monkeypatch.setenv("DISTTRAIN_CHECKPOINT_DIR", str(asked))
+    assert disttrain_progress.checkpoint_requested() is None, "an empty file: nothing asked"
+    (asked / "request").write_text("c20261122-120000-000000")
+    assert disttrain_progress.checkpoint_requested() == "c20261122-120000-000000"
+    reporter = disttrain_progress.Reporter(str(volume(tmp_path / "v", cert, endpoint.port)), min_interval=60)
+    monkeypatch.setattr(disttrain_progress, "_default", reporter)
+    reporter.report(epoch=2, step=1200, metrics={"loss": 0.25})
+    started = time.monotonic()
+    assert disttrain_progress.confirm_checkpoint("c20261122-120000-000000", step=1200, path="/ckpt/1200")
+    assert time.monotonic() - started < 5, "not held back by the 60 s between reports"
+    assert endpoint.received[-1][1] == {"epoch": 2, "step": 1200, "metrics": {"loss": 0.25}, "checkpoint": {
+        "request": "c20261122-120000-000000", "step": 1200, "path": "/ckpt/1200"}}
+    assert disttrain_progress.checkpoint_requested() is None, "confirmed: not asked again"
+    assert not disttrain_progress.for_rank(1).confirm("c1"), "the other ranks send nothing"

@@ -17,7 +17,7 @@ from typing import Any
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.progress import reporter_role
 from disttrain.api.spec import GangProvider, JobSpec
-from disttrain.builders import mpi, network, pods, progress, scheduling, tensorflow
+from disttrain.builders import checkpoint, mpi, network, pods, progress, scheduling, tensorflow
 
 
 def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | None = None,
@@ -35,6 +35,8 @@ def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | No
     role = reporter_role(spec, key.replica_type, key.index)
     if report_to is not None and role is not None:
         pod = progress.pod_additions(pod, ref, report_to, role)
+    if report_to is not None:  # a checkpoint is asked for only where it can be confirmed
+        pod = checkpoint.pod_additions(pod)
     return scheduling.pod_fields(ref, spec, provider, pod)
 
 

@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import datetime
 
-from disttrain.api.constants import GROUP
 from disttrain.api.status import parse_timestamp, timestamp
+from disttrain.builders.checkpoint import REQUEST_ANNOTATION
 from disttrain.decide.passes import Pass
 from disttrain.decide.plan import Event
 from disttrain.decide.reasons import Reason
-
-REQUEST_ANNOTATION = f"{GROUP}/checkpoint-request"
 
 
 def hold_for_checkpoint(p: Pass, why: str) -> bool:
