@@ -165,3 +165,12 @@ def test_every_pod_hears_the_request_through_a_file_of_its_annotation() -> None:
             assert {"name": "DISTTRAIN_CHECKPOINT_DIR", "value": CHECKPOINT_DIR} in container["env"]
     bare = job_pod(REF, spec, PodKey("worker", 1))
     assert "disttrain-checkpoint" not in str(bare), "no endpoint to confirm through: nothing to hear"
+
+
+def test_a_stop_called_off_drops_its_request_and_empties_the_pods_files() -> None:
+    held = step(job(suspend=True), RUNNING).status
+    resumed = step(job(suspend=False), held, at=NOW + datetime.timedelta(seconds=5))
+    assert "checkpoint" not in resumed.status and not resumed.delete
+    assert [a for _, a in resumed.annotate] == [{REQUEST_ANNOTATION: ""}] * 3
+    again = step(job(suspend=True), resumed.status, at=NOW + datetime.timedelta(seconds=6))
+    assert again.status["checkpoint"]["request"] != held["checkpoint"]["request"], "a new stop, a new request"

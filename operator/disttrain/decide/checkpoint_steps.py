@@ -37,6 +37,7 @@ from disttrain.decide.reasons import Reason
 def hold_for_checkpoint(p: Pass, why: str) -> bool:
     """True while the stop waits for the training's checkpoint (the pods stay); False: stop now.
     `why`: Evicted or Suspended, as status.checkpoint.reason says."""
+    p.stopping = True
     pending = p.job.status.get("checkpoint")
     if pending:
         return _waiting(p, pending)
@@ -84,6 +85,15 @@ def _waiting(p: Pass, pending: dict[str, str]) -> bool:
         return False
     p.plan.requeue_within((deadline - p.now).total_seconds())
     return True
+
+
+def drop_when_not_stopping(p: Pass) -> None:
+    """A request whose stop was called off (suspend false again, the eviction gone, the job ended)
+    is dropped and the pods' files emptied: a training reading it would save for nothing."""
+    if p.stopping or not p.job.status.get("checkpoint"):
+        return
+    p.plan.status.pop("checkpoint", None)
+    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: ""}) for pod in p.live if pod.phase == "Running"]
 
 
 def request_id(now: datetime.datetime) -> str:

@@ -62,6 +62,7 @@ class Pass:
         self.foreign = [p for p in pods if p.owner_uid != job.ref.uid]
         self.live = [p for p in self.own if not p.terminating]
         self.plan = Plan(status=dict(job.status))
+        self.stopping = False  # a stop the operator chose is under way (decide/checkpoint_steps.py)
         if (secret := self.ssh_secret) is not None:
             self.plan.status["sshSecret"] = secret
         self.phase = Phase(job.status.get("phase") or Phase.PENDING)

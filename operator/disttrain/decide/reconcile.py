@@ -54,6 +54,7 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
     queue_steps.report(p)
     elastic_steps.report(p)
     final_steps.report_progress(p)
+    checkpoint_steps.drop_when_not_stopping(p)
     final_steps.delete_after_ttl(p)
     return p.summarize()
 
@@ -278,8 +279,7 @@ def create_missing(p: Pass) -> None:
 
 
 def explain_waiting(p: Pass) -> None:
-    """A pending job says what it waits for in `message` (no event: nothing has happened yet); a
-    running one says which of its containers is stuck, and stops once none is."""
+    """What a pending job waits for, or which container of a running one is stuck, in `message` (no event)."""
     if p.phase is Phase.PENDING:
         found = waiting.why_waiting(p.job.ref.name, p.spec, list(p.wanted), p.own, p.foreign, p.provider, p.job.group)
     elif p.phase in (Phase.RUNNING, Phase.RESTARTING):
