@@ -174,3 +174,12 @@ def test_a_stop_called_off_drops_its_request_and_empties_the_pods_files() -> Non
     assert [a for _, a in resumed.annotate] == [{REQUEST_ANNOTATION: ""}] * 3
     again = step(job(suspend=True), resumed.status, at=NOW + datetime.timedelta(seconds=6))
     assert again.status["checkpoint"]["request"] != held["checkpoint"]["request"], "a new stop, a new request"
+
+
+def test_the_jobs_message_says_why_it_waits_in_kueues_words() -> None:
+    evicted = workload(*ADMITTED, ("Evicted", True, "Preempted", "Preempted to accommodate a workload (UID: w2)"))
+    held = step(job(), RUNNING, wl=evicted).status
+    assert held["message"].startswith("Kueue evicted Workload disttrainjob-mnist-")
+    assert "(Preempted: Preempted to accommodate a workload (UID: w2)); the training is asked for a checkpoint " \
+           f"first (request {held['checkpoint']['request']}), then its pods are stopped, at 2026-11-22T12:00:30Z " \
+           "at the latest" in held["message"]

@@ -34,13 +34,22 @@ from disttrain.decide.plan import Event
 from disttrain.decide.reasons import Reason
 
 
-def hold_for_checkpoint(p: Pass, why: str) -> bool:
+def hold_for_checkpoint(p: Pass, why: str, cause: str) -> bool:
     """True while the stop waits for the training's checkpoint (the pods stay); False: stop now.
-    `why`: Evicted or Suspended, as status.checkpoint.reason says."""
+    `why`: Evicted or Suspended, as status.checkpoint.reason says; `cause`, in the job's message
+    while it waits (Kueue's own words for an eviction), so that `kubectl describe` says both."""
     p.stopping = True
     pending = p.job.status.get("checkpoint")
-    if pending:
-        return _waiting(p, pending)
+    holding = _waiting(p, pending) if pending else _ask(p, why)
+    if holding:
+        asked = p.plan.status["checkpoint"]
+        p.plan.status["message"] = (f"{cause}; the training is asked for a checkpoint first (request "
+                                    f"{asked['request']}), then its pods are stopped, at {asked['deadline']} at the "
+                                    f"latest (runPolicy.checkpointGraceSeconds)")
+    return holding
+
+
+def _ask(p: Pass, why: str) -> bool:
     running = [pod for pod in p.live if pod.phase == "Running"]
     grace = p.spec.run_policy.checkpoint_grace_seconds
     if grace <= 0 or p.job.report_to is None or not running:

@@ -178,10 +178,10 @@ def queued(p: Pass, detail: str) -> bool:
 def evicted(p: Pass, workload: ObservedWorkload) -> bool:
     cond = workload.conditions.get("Evicted") or {}
     where = f" from worker cluster {workload.cluster_name}" if workload.cluster_name else ""
-    message = (f"Kueue evicted Workload {workload.name}{where} ({cond.get('reason', 'Evicted')}: "
-               f"{cond.get('message', '')}); its pods are deleted and it starts afresh once admitted again (no "
-               f"restart counted)")
-    if checkpoint_steps.hold_for_checkpoint(p, "Evicted"):
+    said = f"{cond.get('reason', 'Evicted')}: {cond.get('message', '')}"
+    cause = f"Kueue evicted Workload {workload.name}{where} ({said})"
+    message = f"{cause}; its pods are deleted and it starts afresh once admitted again (no restart counted)"
+    if checkpoint_steps.hold_for_checkpoint(p, "Evicted", cause):
         return True  # the pods and the quota stay until the checkpoint or its deadline (a bound Kueue waits out)
     p.plan.delete = list(p.live)
     p.release_group()

@@ -63,7 +63,7 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
 
 
 def suspend(p: Pass) -> None:
-    if checkpoint_steps.hold_for_checkpoint(p, "Suspended"):  # the pods (and quota) stay till then
+    if checkpoint_steps.hold_for_checkpoint(p, "Suspended", "runPolicy.suspend is true"):  # pods, quota stay
         return
     p.plan.delete = list(p.live)
     p.release_group()
