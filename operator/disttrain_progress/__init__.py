@@ -342,6 +342,8 @@ def keras_callback(target: Reporter | _Silent | None = None, every_seconds: floa
     sink = target if target is not None else reporter()
 
     class ProgressCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
+        _disttrain_progress = True  # startup.py's hook adds none to a fit that has this one
+
         def __init__(self) -> None:
             super().__init__()
             self.epoch, self.step, self.last = 0, 0, 0.0
