@@ -60,10 +60,23 @@ def wrap_fit(model_class: type, callbacks: Callable[[], Sequence[Any]]) -> None:
     model_class.fit = fit  # type: ignore[attr-defined]
 
 
+# Where an MPI launcher (Open MPI, MPICH's PMI, horovodrun's Gloo) tells a process its rank: in an
+# MPI job every pod may report, so only rank 0's process does (as disttrain_progress.for_rank).
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK")
+
+
+def mpi_rank(environ: dict[str, str] | os._Environ[str] = os.environ) -> int | None:
+    for name in RANK_VARIABLES:
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    return None
+
+
 def default_callbacks() -> list[Any]:
     import disttrain_progress
 
-    return [disttrain_progress.keras_callback()]
+    rank = mpi_rank()
+    return [disttrain_progress.keras_callback(disttrain_progress.for_rank(rank) if rank is not None else None)]
 
 
 class KerasFinder(importlib.abc.MetaPathFinder):
