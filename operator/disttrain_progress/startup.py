@@ -1,7 +1,8 @@
-"""Progress reports for an unchanged Keras script (issue 33): imported at interpreter start-up by a
-`.pth` line in our images' site-packages (`import disttrain_progress.startup`), it waits for
-Keras to be imported and wraps `Model.fit` so that each call gets disttrain_progress's callbacks,
-unless the script passes them itself.
+"""Progress reports and checkpoints on request for an unchanged Keras script (issue 33): imported
+at interpreter start-up by a `.pth` line in our images' site-packages, it waits for Keras to be
+imported and wraps `Model.fit` so that each call gets disttrain_progress's callbacks, unless the
+script passes them itself: the progress callback, and with a BackupAndRestore callback in the fit,
+a checkpoint through it whenever the operator asks (keras_checkpoint.py).
 
 It costs nothing where it has nothing to do: outside a DistTrainJob's pod (no DISTTRAIN_*_DIR in
 the environment), or with DISTTRAIN_KERAS_HOOK=0, it installs nothing; inside one it adds a
@@ -34,8 +35,8 @@ def wanted(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     return bool(environ.get("DISTTRAIN_PROGRESS_DIR") or environ.get("DISTTRAIN_CHECKPOINT_DIR"))
 
 
-def wrap_fit(model_class: type, callbacks: Callable[[], Sequence[Any]]) -> None:
-    """`model_class.fit` with `callbacks()` added to each call whose callbacks have none of ours."""
+def wrap_fit(model_class: type, callbacks: Callable[[Sequence[Any]], Sequence[Any]]) -> None:
+    """`model_class.fit` with `callbacks(given)` added to each call whose callbacks have none of ours."""
     original = getattr(model_class, "fit")  # noqa: B009 (a class of any Keras)
     if getattr(original, MARK, False):
         return
@@ -47,7 +48,7 @@ def wrap_fit(model_class: type, callbacks: Callable[[], Sequence[Any]]) -> None:
         given = list((args[FIT_CALLBACKS_POSITION] if positional else kwargs.get("callbacks")) or [])
         if not any(getattr(c, MARK, False) for c in given):
             try:
-                given += list(callbacks())
+                given += list(callbacks(given))
             except Exception as err:  # never the training's failure
                 _say(f"no progress callbacks added: {type(err).__name__}: {err}")
         if positional:
@@ -72,11 +73,18 @@ def mpi_rank(environ: dict[str, str] | os._Environ[str] = os.environ) -> int | N
     return None
 
 
-def default_callbacks() -> list[Any]:
+def default_callbacks(given: Sequence[Any]) -> list[Any]:
+    """Progress reports; and, when the fit has a BackupAndRestore callback, a checkpoint with it
+    whenever the operator asks for one (keras_checkpoint.py)."""
     import disttrain_progress
+    from disttrain_progress import keras_checkpoint
 
     rank = mpi_rank()
-    return [disttrain_progress.keras_callback(disttrain_progress.for_rank(rank) if rank is not None else None)]
+    added = [disttrain_progress.keras_callback(disttrain_progress.for_rank(rank) if rank is not None else None)]
+    backup = next((c for c in given if type(c).__name__ == "BackupAndRestore"), None)
+    if backup is not None and not any(getattr(c, keras_checkpoint.MARK, False) for c in given):
+        added.append(keras_checkpoint.checkpoint_callback(backup))
+    return added
 
 
 class KerasFinder(importlib.abc.MetaPathFinder):
@@ -117,7 +125,8 @@ class _Patching(importlib.abc.Loader):
         return getattr(self.loader, name)
 
 
-def patch_keras(module: ModuleType, callbacks: Callable[[], Sequence[Any]] = default_callbacks) -> None:
+def patch_keras(module: ModuleType,
+                callbacks: Callable[[Sequence[Any]], Sequence[Any]] = default_callbacks) -> None:
     model = getattr(module, "Model", None)
     if isinstance(model, type) and hasattr(model, "fit"):
         wrap_fit(model, callbacks)

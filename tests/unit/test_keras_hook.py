@@ -43,7 +43,7 @@ def fake_keras(tmp_path: Path) -> Iterator[Path]:
 def test_fit_gets_the_callbacks_once_keras_is_imported(fake_keras: Path) -> None:
     added: list[Any] = []
 
-    def callbacks() -> list[Any]:
+    def callbacks(given: Any) -> list[Any]:
         added.append(Ours())
         return [added[-1]]
     sys.meta_path.insert(0, startup.KerasFinder(lambda m: startup.patch_keras(m, callbacks)))
@@ -58,7 +58,7 @@ def test_fit_gets_the_callbacks_once_keras_is_imported(fake_keras: Path) -> None
 
 
 def test_a_callback_factory_that_fails_leaves_fit_alone(fake_keras: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    def broken() -> list[Any]:
+    def broken(given: Any) -> list[Any]:
         raise RuntimeError("no TensorFlow here")
     sys.meta_path.insert(0, startup.KerasFinder(lambda m: startup.patch_keras(m, broken)))
     import tf_keras
