@@ -36,7 +36,7 @@ def wanted(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
 
 
 def wrap_fit(model_class: type, callbacks: Callable[[Sequence[Any]], Sequence[Any]]) -> None:
-    """`model_class.fit` with `callbacks(given)` added to each call whose callbacks have none of ours."""
+    """`model_class.fit` with `callbacks(given)` added to each call's own (which of ours it lacks)."""
     original = getattr(model_class, "fit")  # noqa: B009 (a class of any Keras)
     if getattr(original, MARK, False):
         return
@@ -46,11 +46,10 @@ def wrap_fit(model_class: type, callbacks: Callable[[Sequence[Any]], Sequence[An
         args = list(args)  # type: ignore[assignment]
         positional = len(args) > FIT_CALLBACKS_POSITION
         given = list((args[FIT_CALLBACKS_POSITION] if positional else kwargs.get("callbacks")) or [])
-        if not any(getattr(c, MARK, False) for c in given):
-            try:
-                given += list(callbacks(given))
-            except Exception as err:  # never the training's failure
-                _say(f"no progress callbacks added: {type(err).__name__}: {err}")
+        try:
+            given += list(callbacks(given))
+        except Exception as err:  # never the training's failure
+            _say(f"no progress callbacks added: {type(err).__name__}: {err}")
         if positional:
             args[FIT_CALLBACKS_POSITION] = given  # type: ignore[index]
         else:
@@ -80,7 +79,9 @@ def default_callbacks(given: Sequence[Any]) -> list[Any]:
     from disttrain_progress import keras_checkpoint
 
     rank = mpi_rank()
-    added = [disttrain_progress.keras_callback(disttrain_progress.for_rank(rank) if rank is not None else None)]
+    added = []
+    if not any(getattr(c, MARK, False) for c in given):  # the script may add its own (our examples do)
+        added.append(disttrain_progress.keras_callback(disttrain_progress.for_rank(rank) if rank is not None else None))
     backup = next((c for c in given if type(c).__name__ == "BackupAndRestore"), None)
     if backup is not None and not any(getattr(c, keras_checkpoint.MARK, False) for c in given):
         added.append(keras_checkpoint.checkpoint_callback(backup))

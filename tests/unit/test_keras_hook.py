@@ -44,6 +44,8 @@ def test_fit_gets_the_callbacks_once_keras_is_imported(fake_keras: Path) -> None
     added: list[Any] = []
 
     def callbacks(given: Any) -> list[Any]:
+        if any(isinstance(c, Ours) for c in given):
+            return []
         added.append(Ours())
         return [added[-1]]
     sys.meta_path.insert(0, startup.KerasFinder(lambda m: startup.patch_keras(m, callbacks)))
