@@ -50,9 +50,15 @@ class Progress(keras.callbacks.Callback):
         self.started = False
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.epoch = epoch
         if not self.started:
             self.started = True
             say(event="start", epoch=epoch, resumed=epoch > 0)
+
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
+        if not getattr(self, "first_batch", False):  # a fit resumed mid-epoch starts past batch 0
+            self.first_batch = True
+            say(event="first_batch", epoch=self.epoch, batch=int(batch))
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         say(event="epoch_end", epoch=epoch, loss=float((logs or {}).get("loss", 0.0)))
