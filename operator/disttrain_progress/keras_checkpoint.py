@@ -8,6 +8,16 @@ saves at the same step (a collective save), though the kubelet writes each pod's
 moment. tf_keras's own BackupAndRestore(save_before_preemption=True) would do this only on GCP
 (tf_keras/src/distribute/distributed_file_utils.py: support_on_demand_checkpoint_callback).
 
+A stop that gives no notice (a drain, a taint eviction, the scheduler's preemption: the pod is
+deleted as its DisruptionTarget is written, and the kubelet's SIGTERM is the first word of it) is
+saved the same way: while the fit runs, SIGTERM asks for a checkpoint at the next poll (the peers
+join through the all-reduce), and once it is saved and confirmed the process exits 143, as SIGTERM
+would have it (a training running as PID 1 would otherwise ignore SIGTERM and wait out its grace
+period for the SIGKILL). A SIGTERM within a minute of a checkpoint saved exits at once: it is the
+stop that checkpoint was for (the operator stops the pods as soon as one is confirmed), and a
+second save would need peers that may be gone already. A script with its own
+SIGTERM handler keeps it, and this one is not installed.
+
 For the resumed fit to start at the saved batch, the training state's save frequency is made a
 step count once a batch was saved (tf_keras's WorkerTrainingState reads the saved batch only
 then), and the saved batch is kept at the epoch's last step otherwise, so an epoch-end backup
@@ -16,12 +26,65 @@ still resumes at the next epoch.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import time
 from typing import Any
 
 import disttrain_progress as progress
 
 MARK = "_disttrain_checkpoint"
 STEP_COUNT = 2**62  # a save frequency no training reaches: batches are read back, no save is added
+TERMINATED = 128 + signal.SIGTERM  # a process ended by SIGTERM, as a shell and the kubelet report it
+FRESH_SECONDS = 60.0  # a SIGTERM this soon after a save ends the process without another
+ON_SIGTERM = "sigterm"  # the request a save on SIGTERM confirms when the file names none
+
+
+class OnSigterm:
+    """SIGTERM, while a fit runs: a checkpoint at the next poll, then the exit (`exit_after_save`)."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self.previous: Any = None  # the handler this one replaced, while it is installed
+        self.saved_at: float | None = None
+
+    def install(self) -> None:
+        try:
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # a script's own handler stays
+                self.previous = signal.signal(signal.SIGTERM, self.handle)
+        except ValueError:  # not the main thread: the fit runs elsewhere, SIGTERM stays as it was
+            self.previous = None
+
+    def uninstall(self) -> None:
+        if self.previous is not None and signal.getsignal(signal.SIGTERM) == self.handle:
+            signal.signal(signal.SIGTERM, self.previous)
+        self.previous = None
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.saved_at is not None and time.monotonic() - self.saved_at < FRESH_SECONDS:
+            exit_now()  # the stop that checkpoint was for: nothing more to save
+        self.received = True
+
+    def exit_after_save(self) -> None:
+        if self.received:
+            exit_now()
+
+
+def _request_in_file() -> str | None:
+    try:
+        where = os.environ.get("DISTTRAIN_CHECKPOINT_DIR") or progress.CHECKPOINT_DIR
+        with open(os.path.join(where, "request"), encoding="utf-8") as file:
+            return file.read(128).strip() or None
+    except OSError:
+        return None
+
+
+def exit_now() -> None:
+    progress.flush(2.0)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(TERMINATED)
 
 
 def checkpoint_callback(backup: Any, every_steps: int = 10) -> Any:
@@ -33,6 +96,7 @@ def checkpoint_callback(backup: Any, every_steps: int = 10) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.epoch, self.steps, self.seen = 0, 0, 0
+            self.sigterm = OnSigterm()
 
         def _state(self) -> Any:
             return getattr(self.model, "_training_state", None)
@@ -41,6 +105,11 @@ def checkpoint_callback(backup: Any, every_steps: int = 10) -> Any:
             state = self._state()
             if state is not None and int(state._ckpt_saved_batch.numpy()) >= 0:
                 state._save_freq = STEP_COUNT
+            if state is not None:
+                self.sigterm.install()
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self.sigterm.uninstall()
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self.epoch, self.steps = epoch, int(self.params.get("steps") or 0)
@@ -53,17 +122,20 @@ def checkpoint_callback(backup: Any, every_steps: int = 10) -> Any:
             state = self._state()
             if state is None or self.seen % every_steps:
                 return
-            request = progress.checkpoint_requested()
+            request = progress.checkpoint_requested() or (ON_SIGTERM if self.sigterm.received else None)
             if not agreed(self.model.distribute_strategy, request is not None):
                 return
+            # A peer's SIGTERM or request before this worker read its own file: the file's request, if any.
+            request = request or _request_in_file() or ON_SIGTERM
             state._ckpt_saved_epoch.assign(self.epoch)
             state._ckpt_saved_batch.assign(batch)
             state.back_up(self.epoch, batch)
             state._ckpt_saved_batch.assign(self.steps - 1 if self.steps else batch)
             state._save_freq = STEP_COUNT
-            if request is not None:
-                step = self.epoch * self.steps + batch + 1 if self.steps else None
-                progress.confirm_checkpoint(request, step=step, path=str(getattr(backup, "backup_dir", "")))
+            step = self.epoch * self.steps + batch + 1 if self.steps else None
+            progress.confirm_checkpoint(request, step=step, path=str(getattr(backup, "backup_dir", "")))
+            self.sigterm.saved_at = time.monotonic()
+            self.sigterm.exit_after_save()
 
     return CheckpointOnRequest()
 

@@ -1,50 +1,148 @@
-"""A checkpoint before a stop the operator chooses (issue 33), on the real node: the
-multi-worker-mirrored example, its script unchanged but for a log line, suspended mid-epoch. The
-operator annotates its pods, the kubelet writes the request into their files, the images' Keras
-hook saves through the script's BackupAndRestore at one step on both workers, worker 0 confirms,
-the pods go; resumed, the job continues from that step, not from the epoch."""
+"""A checkpoint before a stop (issue 33), on the real node: the multi-worker-mirrored example, its
+script unchanged but for its log lines, stopped mid-epoch three ways. Resumed, the job continues
+from the step saved, not from the epoch.
+
+- suspended: the operator annotates its pods, the kubelet writes the request into their files, the
+  images' Keras hook saves through the script's BackupAndRestore at one step on both workers, worker
+  0 confirms, the pods go;
+- preempted by Kueue (a higher-priority job in a full ClusterQueue): the same, the Workload's quota
+  held until then;
+- one pod drained (the Eviction API, as `kubectl drain` calls it): that pod hears of it by its SIGTERM
+  alone, both workers save, the operator keeps the other pod until the checkpoint is confirmed and
+  then restarts the job."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from e2e_support import EXAMPLES, Follow, apply_example, finish
-from support import TIMED, Cluster, record_timing, wait_for, wait_pods_running
+from support import TIMED, Cluster, LogFollower, record_timing, wait_for, wait_pods_running
 
 pytestmark = pytest.mark.e2e
+JOB, STEPS, EPOCHS = "mnist-mwms", 20000, 4
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+def start(cluster: Cluster, ns: str, tmp_path: Path, follow: Follow,
+          labels: dict[str, str] | None = None) -> dict[str, LogFollower]:
+    def label(job: dict[str, Any]) -> None:
+        job["metadata"].setdefault("labels", {}).update(labels or {})
+    apply_example(cluster, ns, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path,
+                  env={"TRAIN_STEPS": str(STEPS), "EPOCHS": str(EPOCHS)}, edit_job=label)
+    logs = follow(ns, wait_pods_running(cluster, ns, JOB, 2, timeout=180))
+    logs[f"{JOB}-worker-0"].wait_event(lambda e: e.get("event") == "epoch_end", "the first epoch")
+    return logs
+
+
+def saved(cluster: Cluster, ns: str, since: float, what: str) -> dict[str, Any]:
+    """status.lastCheckpoint once confirmed, and the seconds from `since` until the old pods are gone."""
+    status = wait_for(lambda: (s := cluster.job_status(ns, JOB)).get("lastCheckpoint") and s, 90,
+                      f"{what}: the checkpoint confirmed")
+    events = [f"{e.reason}: {e.message}" for e in cluster.events(ns, JOB) if e.reason.startswith("Checkpoint")]
+    TIMED.append(f"e2e: {what}: " + "; ".join(events))
+    confirmed_in = time.monotonic() - since
+    wait_for(lambda: not cluster.pods(ns, f"disttrain.dev/job-name={JOB}"), 120, "the pods gone")
+    gone_in = time.monotonic() - since
+    record_timing("e2e", f"{what}: the stop -> checkpoint confirmed", confirmed_in)
+    record_timing("e2e", f"{what}: the stop -> the pods gone", gone_in)
+    return dict(status["lastCheckpoint"])
+
+
+def resumed_at(cluster: Cluster, ns: str, follow: Follow, checkpoint: dict[str, Any],
+               what: str) -> dict[str, LogFollower]:
+    resumed = follow(ns, wait_pods_running(cluster, ns, JOB, 2, timeout=240))
+    first = resumed[f"{JOB}-worker-0"].wait_event(lambda e: e.get("event") == "first_batch", "where it resumed")
+    TIMED.append(f"e2e: {what}: saved step {checkpoint['step']}, resumed at {first}")
+    assert first["epoch"] * (STEPS // EPOCHS) + first["batch"] == checkpoint["step"], (first, checkpoint)
+    return resumed
 
 
 def suspend(cluster: Cluster, ns: str, on: bool) -> None:
-    cluster.kubectl("patch", "dtj", "mnist-mwms", "-n", ns, "--type=merge", "-p",
+    cluster.kubectl("patch", "dtj", JOB, "-n", ns, "--type=merge", "-p",
                     f'{{"spec":{{"runPolicy":{{"suspend":{str(on).lower()}}}}}}}')
 
 
 def test_a_suspend_saves_mid_epoch_and_the_job_resumes_at_that_step(cluster: Cluster, job_namespace: str,
                                                                        tmp_path: Path, follow: Follow) -> None:
     ns, started = job_namespace, time.monotonic()
-    apply_example(cluster, ns, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path,
-                  env={"TRAIN_STEPS": "20000", "EPOCHS": "4"})
-    logs = follow(ns, wait_pods_running(cluster, ns, "mnist-mwms", 2, timeout=180))
-    logs["mnist-mwms-worker-0"].wait_event(lambda e: e.get("event") == "epoch_end", "the first epoch")
+    start(cluster, ns, tmp_path, follow)
     asked = time.monotonic()
     suspend(cluster, ns, True)
-    status = wait_for(lambda: (s := cluster.job_status(ns, "mnist-mwms")).get("phase") == "Suspended" and s, 90,
-                      "suspended")
-    stopped_in = time.monotonic() - asked
-    saved = status.get("lastCheckpoint") or {}
-    events = [f"{e.reason}: {e.message}" for e in cluster.events(ns, "mnist-mwms")
-              if e.reason.startswith("Checkpoint")]
-    TIMED.append("e2e: suspend with a checkpoint: " + "; ".join(events))
-    record_timing("e2e", "suspend -> Suspended, checkpoint confirmed", stopped_in)
-    assert saved.get("step"), f"no confirmed checkpoint: {status.get('message')} {events}"
-    wait_for(lambda: not cluster.pods(ns, "disttrain.dev/job-name=mnist-mwms"), 120, "the pods gone")
+    checkpoint = saved(cluster, ns, asked, "suspend")
+    assert cluster.job_status(ns, JOB)["phase"] == "Suspended"
     suspend(cluster, ns, False)
-    resumed = follow(ns, wait_pods_running(cluster, ns, "mnist-mwms", 2, timeout=180))
-    first = resumed["mnist-mwms-worker-0"].wait_event(lambda e: e.get("event") == "first_batch", "where it resumed")
-    steps_per_epoch = 20000 // 4
-    TIMED.append(f"e2e: suspend with a checkpoint: saved step {saved['step']}, resumed at {first}")
-    assert first["epoch"] * steps_per_epoch + first["batch"] == saved["step"], (first, saved)
-    finish(cluster, ns, "mnist-mwms", started, resumed, timing="mnist-mwms suspended mid-epoch and resumed")
+    resumed = resumed_at(cluster, ns, follow, checkpoint, "suspend")
+    finish(cluster, ns, JOB, started, resumed, timing="mnist-mwms suspended mid-epoch and resumed")
+
+
+def test_a_drained_pod_saves_on_its_sigterm_and_the_job_resumes_at_that_step(
+        cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+    ns, started = job_namespace, time.monotonic()
+    start(cluster, ns, tmp_path, follow)
+    asked = time.monotonic()
+    cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/{JOB}-worker-1/eviction", "-f", "-",
+                    input=json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
+                                      "metadata": {"name": f"{JOB}-worker-1", "namespace": ns}}))
+    checkpoint = saved(cluster, ns, asked, "drain")
+    status = cluster.job_status(ns, JOB)
+    assert status["restarts"] == 1, status
+    resumed = resumed_at(cluster, ns, follow, checkpoint, "drain")
+    finish(cluster, ns, JOB, started, resumed, timing="mnist-mwms drained mid-epoch and resumed")
+
+
+def full_queue(cluster: Cluster, ns: str) -> None:
+    """A ClusterQueue of exactly one mnist-mwms (two workers of 500m and 1Gi), preempting by priority."""
+    objects = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": f"fl-{ns}"}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": f"cq-{ns}"},
+         "spec": {"namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+                  "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+                      {"name": f"fl-{ns}", "resources": [{"name": "cpu", "nominalQuota": "1"},
+                                                         {"name": "memory", "nominalQuota": "2Gi"}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "team", "namespace": ns},
+         "spec": {"clusterQueue": f"cq-{ns}"}},
+        *({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+           "metadata": {"name": f"{name}-{ns}"}, "value": value} for name, value in (("low", 100), ("high", 1000))),
+    ]
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
+
+
+def urgent_job(ns: str) -> dict[str, Any]:
+    """The higher-priority job: one worker asking the whole queue's CPU for a few seconds."""
+    container = {"name": "tensorflow", "image": "disttrain/tensorflow:2.21",
+                 "command": ["python", "-c", "import time; time.sleep(5)"],
+                 "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
+    return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob",
+            "metadata": {"name": "urgent", "namespace": ns,
+                         "labels": {"kueue.x-k8s.io/queue-name": "team",
+                                    "kueue.x-k8s.io/priority-class": f"high-{ns}"}},
+            "spec": {"tensorflow": {"worker": {"replicas": 1, "restartPolicy": "Never",
+                                               "template": {"spec": {"containers": [container]}}}}}}
+
+
+def test_a_kueue_preemption_saves_mid_epoch_and_the_job_resumes_at_that_step(
+        cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+    if "kueue.x-k8s.io/v1beta2" not in cluster.kubectl("api-versions").stdout.split():
+        pytest.skip("Kueue is not running on this cluster")
+    ns, started = job_namespace, time.monotonic()
+    full_queue(cluster, ns)
+    try:
+        start(cluster, ns, tmp_path, follow,
+              labels={"kueue.x-k8s.io/queue-name": "team", "kueue.x-k8s.io/priority-class": f"low-{ns}"})
+        asked = time.monotonic()
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(urgent_job(ns)))
+        checkpoint = saved(cluster, ns, asked, "Kueue preemption")
+        evicted = cluster.wait_event(ns, JOB, lambda e: e.reason == "Evicted", "the eviction said")
+        assert "Preempted" in evicted.message, evicted.message
+        cluster.wait_phase(ns, "urgent", "Succeeded", timeout=120)
+        resumed = resumed_at(cluster, ns, follow, checkpoint, "Kueue preemption")
+        finish(cluster, ns, JOB, started, resumed, timing="mnist-mwms preempted mid-epoch and resumed")
+    finally:
+        for kind, name in (("clusterqueue", f"cq-{ns}"), ("resourceflavor", f"fl-{ns}"),
+                           ("workloadpriorityclass", f"low-{ns}"), ("workloadpriorityclass", f"high-{ns}")):
+            cluster.kubectl("delete", kind, name, "--wait=false", check=False)

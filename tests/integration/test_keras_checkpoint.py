@@ -2,12 +2,15 @@
 two MultiWorkerMirroredStrategy workers on loopback run tests/tf_scripts/unchanged_mwms.py with
 disttrain_progress's start-up hook (as the images' .pth loads it). A request written to both
 workers' checkpoint-request files mid-epoch is saved through the script's own BackupAndRestore at
-one step on both; killed then, the fit started again resumes at that step, not at the epoch."""
+one step on both; killed then, the fit started again resumes at that step, not at the epoch. The
+same for a SIGTERM to one worker alone and no request (a drained pod): both save, and that worker
+exits 143 once the checkpoint is made."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -44,7 +47,8 @@ def events(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text(errors="replace").splitlines() if line.startswith("{")]
 
 
-def test_an_unchanged_script_saves_at_the_asked_step_and_resumes_there(tmp_path: Path) -> None:
+@pytest.mark.parametrize("asked_by", ["request", "sigterm"])
+def test_an_unchanged_script_saves_at_the_asked_step_and_resumes_there(tmp_path: Path, asked_by: str) -> None:
     if not TF_PYTHON.exists():
         pytest.skip("no .cache/tf-venv (make tf-venv)")
     for index in range(2):
@@ -55,11 +59,17 @@ def test_an_unchanged_script_saves_at_the_asked_step_and_resumes_there(tmp_path:
         wait_for(lambda: any(e["event"] == "epoch_end" and e["epoch"] >= 1 for e in events(first[0][1])), 120,
                  "two epochs trained")
         saved_before = set((tmp_path / "backup" / "chief").glob("ckpt-*.index"))
-        for index in range(2):
-            (tmp_path / f"w{index}" / "request").write_text("c20261126-120000-000000")
+        if asked_by == "request":
+            for index in range(2):
+                (tmp_path / f"w{index}" / "request").write_text("c20261126-120000-000000")
+        else:
+            first[1][0].send_signal(signal.SIGTERM)
         asked_in = [e["epoch"] for e in events(first[0][1]) if e["event"] == "epoch_end"][-1] + 1
         wait_for(lambda: set((tmp_path / "backup" / "chief").glob("ckpt-*.index")) - saved_before, 20,
                  "the asked checkpoint")
+        if asked_by == "sigterm":
+            assert first[1][0].wait(20) == 143, "the worker ended by SIGTERM exits once it saved"
+            assert first[0][0].poll() is None, "its peer trains on until it is stopped"
     finally:
         for proc, _ in first:
             proc.kill()

@@ -4,6 +4,7 @@ or the grace passes, and then the stop goes on as before."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
@@ -78,12 +79,44 @@ def test_the_confirmation_stops_the_pods_and_says_what_was_saved() -> None:
     assert "mnist-chief-0 saved a checkpoint at step 1200 (/checkpoints/ckpt-1200)" in plan.events[0].message
 
 
-def test_a_confirmation_of_another_request_doesnt_count() -> None:
+def test_a_checkpoint_saved_before_the_request_doesnt_count() -> None:
     held = step(job(suspend=True), RUNNING).status
-    plan = step(job(suspend=True), held, at=NOW + datetime.timedelta(seconds=4),
+    plan = step(job(suspend=True), held, at=NOW + datetime.timedelta(seconds=0.5),  # arrived at NOW - 0.5 s
                 confirmed=Checkpoint("c-some-earlier-request", 900, "/old"))
     assert not plan.delete and plan.status["checkpoint"] == held["checkpoint"]
-    assert plan.requeue_after == pytest.approx(26)
+    assert plan.requeue_after == pytest.approx(29.5)
+
+
+def test_a_checkpoint_saved_on_sigterm_after_the_request_counts() -> None:
+    """A pod ended from outside saves on its SIGTERM, before it could read any request."""
+    held = step(job(suspend=True), RUNNING).status
+    plan = step(job(suspend=True), held, at=NOW + datetime.timedelta(seconds=4),
+                confirmed=Checkpoint("sigterm", 1300, "/ckpt"))
+    assert len(plan.delete) == 3 and plan.status["lastCheckpoint"]["request"] == "sigterm"
+
+
+def disrupted(p: ObservedPod) -> ObservedPod:
+    return dataclasses.replace(p, terminating=True, disruption="EvictionByEvictionAPI: Eviction API: evicting")
+
+
+def test_a_pod_drained_holds_its_peers_until_the_checkpoint_then_restarts_the_job() -> None:
+    pods = [pod("chief", 0), disrupted(pod("worker", 0)), pod("worker", 1)]
+    plan = step(job(), RUNNING, pods=pods)
+    assert not plan.delete and plan.status["checkpoint"]["reason"] == "Disrupted"
+    assert "worker 0 (pod mnist-worker-0) is being ended from outside (EvictionByEvictionAPI" \
+        in plan.status["message"]
+    # The drained pod hears of it by its SIGTERM (a terminating pod's files are not refreshed).
+    assert {p.name for p, _ in plan.annotate} == {"mnist-chief-0", "mnist-worker-1"}
+    plan = step(job(), plan.status, pods=pods, at=NOW + datetime.timedelta(seconds=3),
+                confirmed=Checkpoint("sigterm", 1300, "/ckpt"))
+    assert len(plan.delete) == 3 and plan.status["phase"] == "Restarting"
+    assert plan.status["lastCheckpoint"]["step"] == 1300 and "checkpoint" not in plan.status
+
+
+def test_a_pod_drained_under_restart_policy_never_fails_the_job_at_once() -> None:
+    spec = tf_job("mnist", None, chief=replica(1, cpu="1"), worker=replica(2, "Never", gpus=4))
+    plan = step(spec, RUNNING, pods=[pod("chief", 0), disrupted(pod("worker", 0)), pod("worker", 1)])
+    assert plan.status["phase"] == "Failed" and "checkpoint" not in plan.status
 
 
 def test_no_confirmation_by_the_deadline_stops_the_pods_and_says_so() -> None:

@@ -20,6 +20,12 @@ def test_committed_crd_is_the_generators_output() -> None:
     assert CRD_FILE.read_text() == crd_yaml(), "crds/ is stale: run `make crd`"
 
 
+def test_the_chart_installs_that_crd_and_no_other() -> None:
+    charted = sorted((CRD_FILE.parents[1] / "charts" / "disttrain-operator" / "crds").iterdir())
+    assert [f.name for f in charted] == [CRD_FILE.name], "the chart's crds/ holds one file: run `make crd`"
+    assert charted[0].read_text() == CRD_FILE.read_text(), "the chart's CRD is stale: run `make crd`"
+
+
 def test_every_field_of_ours_has_a_description() -> None:
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     missing = [path for path, node in walk(schema)

@@ -104,3 +104,34 @@ def test_only_rank_0_of_an_mpi_job_reports() -> None:
     assert startup.mpi_rank({"OMPI_COMM_WORLD_RANK": "2"}) == 2
     assert startup.mpi_rank({"HOROVOD_RANK": "0"}) == 0
     assert startup.mpi_rank({}) is None, "TensorFlow's pods: the volume says who reports"
+
+
+SIGTERM_SCRIPT = """
+import os, signal, sys, time
+from disttrain_progress import keras_checkpoint as kc
+{own}
+on = kc.OnSigterm()
+on.install()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.2)
+print("received", on.received, flush=True)
+on.saved_at = time.monotonic()
+os.kill(os.getpid(), signal.SIGTERM)  # soon after a save: the process ends at once
+time.sleep(2)
+print("still here", flush=True)
+"""
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_sigterm_while_a_fit_runs_asks_a_checkpoint_and_ends_the_process_once_saved(own: bool) -> None:
+    """A drained pod's only notice is SIGTERM (keras_checkpoint.OnSigterm). A script's own handler
+    is kept, and then SIGTERM is the script's to handle."""
+    import subprocess
+
+    handler = "signal.signal(signal.SIGTERM, lambda *a: print('the script\\'s own', flush=True))" if own else ""
+    done = subprocess.run([sys.executable, "-c", SIGTERM_SCRIPT.format(own=handler)], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(Path(startup.__file__).parents[1])}, timeout=30)
+    if own:
+        assert done.returncode == 0 and "received False" in done.stdout and "still here" in done.stdout, done
+    else:
+        assert done.returncode == 143 and "received True" in done.stdout and "still here" not in done.stdout, done

@@ -14,7 +14,8 @@ def checkpoint_status_schema() -> Schema:
                        "checkpointGraceSeconds): the stop waits for its confirmation or its deadline.",
         "properties": {
             "request": string_field("The request's id: the pods read it from their checkpoint-request file."),
-            "reason": string_field("Why the job stops: Evicted, Suspended."),
+            "reason": string_field("Why the job stops: Evicted, Suspended, Disrupted (a whole-job restart "
+                                        "after a pod was ended from outside)."),
             "requestedAt": string_field("When the operator asked.", format="date-time"),
             "deadline": string_field("When it stops the pods without a confirmation.", format="date-time"),
         },

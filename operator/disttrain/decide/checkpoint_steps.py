@@ -1,9 +1,11 @@
-"""A checkpoint before a stop the operator chooses (issue 33): a Kueue eviction or preemption, or
-runPolicy.suspend. Failures stop at once (there is nothing to save that the training could still
-save), and so does a pod's own disruption: a drain, a taint eviction or the scheduler's preemption
-write their DisruptionTarget condition and delete the pod in the same breath (k8s 1.36,
-pkg/registry/core/pod/storage/eviction.go, pkg/scheduler/framework/preemption/executor.go), so the
-pod's own grace period is the only budget there, and the training saves on SIGTERM.
+"""A checkpoint before a stop the operator chooses (issue 33): a Kueue eviction or preemption,
+runPolicy.suspend, and the whole-job restart that follows a pod's disruption. Failures stop at
+once (there is nothing to save that the training could still save). A disruption (a drain, a taint
+eviction, the scheduler's preemption) writes the pod's DisruptionTarget condition and deletes it in
+the same breath (k8s 1.36, pkg/registry/core/pod/storage/eviction.go,
+pkg/scheduler/framework/preemption/executor.go): that pod hears of it by its SIGTERM alone and saves
+within its own grace period (disttrain_progress/keras_checkpoint.py), and its peers, which the
+restart would delete next, are asked as for any stop and kept until it is confirmed.
 
 The ladder:
 - no request yet: one is made (an id, the deadline `checkpointGraceSeconds` from now) and written to
@@ -13,7 +15,8 @@ The ladder:
   pkg/volume/downwardapi RequiresRemount). No pod needs the API or polls the operator, and every
   rank reads the same request, which a collective save (MultiWorkerMirrored) needs;
 - the training saves and reports the checkpoint over the progress endpoint (a report with
-  `checkpoint: {request, step, path}`): the stop goes on, `status.lastCheckpoint` says what was
+  `checkpoint: {request, step, path}`), naming the request, or arriving after it was made (a pod's
+  save on its SIGTERM names none it could read): the stop goes on, `status.lastCheckpoint` says what was
   saved, and a Checkpointed event;
 - no confirmation by the deadline: the stop goes on, with a Warning event saying so.
 
@@ -26,11 +29,14 @@ memory, and the stop then waits for the deadline (a bound, never a hang).
 from __future__ import annotations
 
 import datetime
+from collections.abc import Sequence
 
+from disttrain.api.observed import ObservedPod
 from disttrain.api.status import parse_timestamp, timestamp
 from disttrain.builders.checkpoint import REQUEST_ANNOTATION
 from disttrain.decide.passes import Pass
 from disttrain.decide.plan import Event
+from disttrain.decide.policies.failure import Restart
 from disttrain.decide.reasons import Reason
 
 
@@ -47,6 +53,15 @@ def hold_for_checkpoint(p: Pass, why: str, cause: str) -> bool:
                                     f"{asked['request']}), then its pods are stopped, at {asked['deadline']} at the "
                                     f"latest (runPolicy.checkpointGraceSeconds)")
     return holding
+
+
+def hold_restart(p: Pass, decision: Restart, failed: Sequence[ObservedPod]) -> bool:
+    """A whole-job restart for a pod someone else is ending: its peers wait for the checkpoint."""
+    disrupted = next((pod for pod in failed if pod.terminating and pod.disruption is not None), None)
+    if decision.give_up or not decision.whole_job or disrupted is None:
+        return False
+    return hold_for_checkpoint(p, "Disrupted", f"{disrupted.replica_type} {disrupted.index} (pod {disrupted.name}) "
+                                               f"is being ended from outside ({disrupted.disruption})")
 
 
 def _ask(p: Pass, why: str) -> bool:
@@ -68,8 +83,8 @@ def _ask(p: Pass, why: str) -> bool:
 def _waiting(p: Pass, pending: dict[str, str]) -> bool:
     confirmed = p.job.progress.checkpoint if p.job.progress else None
     asked = parse_timestamp(pending.get("requestedAt")) or p.now
-    if confirmed is not None and confirmed.report.checkpoint is not None \
-            and confirmed.report.checkpoint.request == pending.get("request"):
+    if confirmed is not None and confirmed.report.checkpoint is not None and (
+            confirmed.report.checkpoint.request == pending.get("request") or confirmed.at >= asked):
         saved = confirmed.report.checkpoint
         waited = max(0.0, (confirmed.at - asked).total_seconds())
         p.plan.status["lastCheckpoint"] = {"request": saved.request, "step": saved.step, "path": saved.path,

@@ -163,10 +163,9 @@ def fail_fatally(p: Pass) -> bool:
 
 
 def restart_failed(p: Pass) -> bool:
-    """Retryable failures, and pods gone from a running job: deleted from under it by a user, a
-    drain or a node going away (the operator itself deletes pods only as it leaves Running).
-    An elastic job replaces a failed worker alone, its launcher and the other workers untouched;
-    a worker merely gone is made again uncounted (a scale-up's new worker is missing the same way)."""
+    """Retryable failures, and pods gone from a running job (deleted by a user, a drain, a node gone; the
+    operator deletes pods only as it leaves Running). An elastic job replaces a failed worker alone, the
+    others untouched; a worker merely gone is made again uncounted (as a scale-up's new worker)."""
     failed = judged_failures(p)
     present = {pod.name for pod in p.live} | {pod.name for pod in p.failed}
     lost = [name for name in p.wanted if name not in present] if p.phase is Phase.RUNNING else []
@@ -190,9 +189,10 @@ def restart_below_min(p: Pass) -> bool:
 def carry_out(p: Pass, decision: failure.Restart, failed: Sequence[ObservedPod]) -> bool:
     if decision.give_up:
         return p.finish(Phase.FAILED, decision.reason, decision.message)
+    if checkpoint_steps.hold_restart(p, decision, failed):  # the peers of a pod ended from outside
+        return True
     p.plan.status["operatorRestarts"] = decision.restarts
-    # A disrupted pod is already being deleted; deleting it again names it in deletedPods, so it
-    # is not judged again while its node keeps it Terminating.
+    # A disrupted pod, already going, is deleted again to name it in deletedPods: never judged twice.
     p.plan.delete = [*p.live, *(pod for pod in failed if pod.terminating)] if decision.whole_job else list(failed)
     if decision.whole_job:
         p.release_group()
