@@ -39,18 +39,23 @@ def start(cluster: Cluster, ns: str, tmp_path: Path, follow: Follow,
     return logs
 
 
-def saved(cluster: Cluster, ns: str, since: float, what: str) -> dict[str, Any]:
-    """status.lastCheckpoint once confirmed, and the seconds from `since` until the old pods are gone."""
+def saved(cluster: Cluster, ns: str, since: float, what: str, old: set[str]) -> dict[str, Any]:
+    """status.lastCheckpoint once confirmed, and the seconds from `since` until the `old` pods are gone."""
     status = wait_for(lambda: (s := cluster.job_status(ns, JOB)).get("lastCheckpoint") and s, 90,
                       f"{what}: the checkpoint confirmed")
     events = [f"{e.reason}: {e.message}" for e in cluster.events(ns, JOB) if e.reason.startswith("Checkpoint")]
     TIMED.append(f"e2e: {what}: " + "; ".join(events))
     confirmed_in = time.monotonic() - since
-    wait_for(lambda: not cluster.pods(ns, f"disttrain.dev/job-name={JOB}"), 120, "the pods gone")
+    wait_for(lambda: not {p.metadata.uid for p in cluster.pods(ns, f"disttrain.dev/job-name={JOB}")} & old, 120,
+             "the pods gone")
     gone_in = time.monotonic() - since
     record_timing("e2e", f"{what}: the stop -> checkpoint confirmed", confirmed_in)
     record_timing("e2e", f"{what}: the stop -> the pods gone", gone_in)
     return dict(status["lastCheckpoint"])
+
+
+def uids(cluster: Cluster, ns: str) -> set[str]:
+    return {p.metadata.uid for p in cluster.pods(ns, f"disttrain.dev/job-name={JOB}")}
 
 
 def resumed_at(cluster: Cluster, ns: str, follow: Follow, checkpoint: dict[str, Any],
@@ -71,9 +76,9 @@ def test_a_suspend_saves_mid_epoch_and_the_job_resumes_at_that_step(cluster: Clu
                                                                        tmp_path: Path, follow: Follow) -> None:
     ns, started = job_namespace, time.monotonic()
     start(cluster, ns, tmp_path, follow)
-    asked = time.monotonic()
+    old, asked = uids(cluster, ns), time.monotonic()
     suspend(cluster, ns, True)
-    checkpoint = saved(cluster, ns, asked, "suspend")
+    checkpoint = saved(cluster, ns, asked, "suspend", old)
     assert cluster.job_status(ns, JOB)["phase"] == "Suspended"
     suspend(cluster, ns, False)
     resumed = resumed_at(cluster, ns, follow, checkpoint, "suspend")
@@ -84,11 +89,11 @@ def test_a_drained_pod_saves_on_its_sigterm_and_the_job_resumes_at_that_step(
         cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
     ns, started = job_namespace, time.monotonic()
     start(cluster, ns, tmp_path, follow)
-    asked = time.monotonic()
+    old, asked = uids(cluster, ns), time.monotonic()
     cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/{JOB}-worker-1/eviction", "-f", "-",
                     input=json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
                                       "metadata": {"name": f"{JOB}-worker-1", "namespace": ns}}))
-    checkpoint = saved(cluster, ns, asked, "drain")
+    checkpoint = saved(cluster, ns, asked, "drain", old)
     status = cluster.job_status(ns, JOB)
     assert status["restarts"] == 1, status
     resumed = resumed_at(cluster, ns, follow, checkpoint, "drain")
@@ -134,9 +139,9 @@ def test_a_kueue_preemption_saves_mid_epoch_and_the_job_resumes_at_that_step(
     try:
         start(cluster, ns, tmp_path, follow,
               labels={"kueue.x-k8s.io/queue-name": "team", "kueue.x-k8s.io/priority-class": f"low-{ns}"})
-        asked = time.monotonic()
+        old, asked = uids(cluster, ns), time.monotonic()
         cluster.kubectl("apply", "-f", "-", input=json.dumps(urgent_job(ns)))
-        checkpoint = saved(cluster, ns, asked, "Kueue preemption")
+        checkpoint = saved(cluster, ns, asked, "Kueue preemption", old)
         evicted = cluster.wait_event(ns, JOB, lambda e: e.reason == "Evicted", "the eviction said")
         assert "Preempted" in evicted.message, evicted.message
         cluster.wait_phase(ns, "urgent", "Succeeded", timeout=120)

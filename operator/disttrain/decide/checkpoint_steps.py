@@ -91,9 +91,11 @@ def _waiting(p: Pass, pending: dict[str, str]) -> bool:
                                            "confirmedAt": timestamp(confirmed.at), "waitedSeconds": round(waited, 3)}
         p.plan.status.pop("checkpoint", None)
         at = f" at step {saved.step}" if saved.step is not None else ""
+        as_named = "" if saved.request == pending.get("request") else f" (it names {saved.request})"
         p.plan.events.append(Event("Normal", Reason.CHECKPOINTED,
                                      f"{confirmed.reporter} saved a checkpoint{at} ({saved.path or 'no path given'}) "
-                                     f"{waited:.1f}s after request {saved.request}: the pods are stopped now"))
+                                     f"{waited:.1f}s after request {pending.get('request')}{as_named}: "
+                                     f"the pods are stopped now"))
         return False
     deadline = parse_timestamp(pending.get("deadline")) or p.now
     # Asked again while it stands: the controller patches each pod once, so this only repeats a
