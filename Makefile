@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 , := ,
 
 .PHONY: all help test test-matrix lint unit integration e2e chaos venv tf-venv mpi-e2e binaries node images cluster-up cluster-down \
-        crd demo bench clean
+        crd demo bench bench-checkpoint clean
 
 all: test
 
@@ -109,6 +109,11 @@ demo: venv binaries tf-venv $(if $(REAL_NODE),node) ## a job from kubectl apply 
 BENCH_ARGS ?=
 bench: venv binaries ## the operator against a plain client doing the same API writes (bench/results.md)
 	$(PY) hack/bench.py $(BENCH_ARGS)
+
+# The work a stop loses (suspend, Kueue preemption, a drained pod), with and without the
+# checkpoint before it, on the real node; writes bench/results.checkpoint.{json,md}.
+bench-checkpoint: venv binaries node images ## steps redone after a stop, with and without a checkpoint first (~15 min)
+	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests/e2e/bench_lost_work.py -s $(PYTEST_ARGS)
 
 REAL_NODE ?=
 cluster-up: venv binaries $(if $(REAL_NODE),node images) ## a local plane with 4 fake GPU nodes (REAL_NODE=1: and a real one)

@@ -7,11 +7,15 @@ TF_CONFIG, which the operator injects. Synthetic data, no download. Worker 0 is 
 A lost worker costs at most one epoch: Keras BackupAndRestore saves the training state at every
 epoch's end under CHECKPOINT_DIR/backup, a volume all workers share, and when the operator
 restarts the job (exit 128+, restartScope Job) training resumes at the epoch after the last one
-saved, not at epoch 0. Each worker prints one JSON line per event, so the logs say where it
-started: {"event": "start", "epoch": 3, "resumed": true}.
+saved, not at epoch 0. A stop costs a few steps: before a suspend, a Kueue preemption or the
+restart after a drained pod, and on SIGTERM, the images' Keras hook saves this same
+BackupAndRestore mid-epoch and the training resumes at that step (docs/api.md, "A checkpoint
+before a stop"). Each worker prints one JSON line per event, so the logs say where it started:
+{"event": "start", "epoch": 3, "resumed": true}, {"event": "first_batch", "epoch": 3, "batch": 40}.
 
 Environment: TRAIN_STEPS (default 200, over all epochs), EPOCHS (default 4), CHECKPOINT_DIR
-(default /tmp/checkpoints), RESULT_FILE (optional: the final loss and weights as JSON, for tests).
+(default /tmp/checkpoints), RESULT_FILE (optional: the final loss and weights as JSON, for tests),
+LOG_EVERY_STEPS (optional: a {"event": "step"} line every that many steps, for benchmarks).
 """
 
 import hashlib
@@ -48,6 +52,7 @@ class Progress(keras.callbacks.Callback):
     def __init__(self) -> None:
         super().__init__()
         self.started = False
+        self.every = int(os.environ.get("LOG_EVERY_STEPS", "0"))
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self.epoch = epoch
@@ -59,6 +64,11 @@ class Progress(keras.callbacks.Callback):
         if not getattr(self, "first_batch", False):  # a fit resumed mid-epoch starts past batch 0
             self.first_batch = True
             say(event="first_batch", epoch=self.epoch, batch=int(batch))
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        step = self.epoch * int(self.params.get("steps") or 0) + batch + 1
+        if self.every and step % self.every == 0:
+            say(event="step", step=step)
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         say(event="epoch_end", epoch=epoch, loss=float((logs or {}).get("loss", 0.0)))

@@ -35,8 +35,8 @@ def wanted(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     return bool(environ.get("DISTTRAIN_PROGRESS_DIR") or environ.get("DISTTRAIN_CHECKPOINT_DIR"))
 
 
-def wrap_fit(model_class: type, callbacks: Callable[[Sequence[Any]], Sequence[Any]]) -> None:
-    """`model_class.fit` with `callbacks(given)` added to each call's own (which of ours it lacks)."""
+def wrap_fit(model_class: type, callbacks: Callable[[Sequence[Any], Any], Sequence[Any]]) -> None:
+    """`model_class.fit` with `callbacks(given, model)` added to each call's own (which of ours it lacks)."""
     original = getattr(model_class, "fit")  # noqa: B009 (a class of any Keras)
     if getattr(original, MARK, False):
         return
@@ -47,7 +47,7 @@ def wrap_fit(model_class: type, callbacks: Callable[[Sequence[Any]], Sequence[An
         positional = len(args) > FIT_CALLBACKS_POSITION
         given = list((args[FIT_CALLBACKS_POSITION] if positional else kwargs.get("callbacks")) or [])
         try:
-            given += list(callbacks(given))
+            given += list(callbacks(given, self))
         except Exception as err:  # never the training's failure
             _say(f"no progress callbacks added: {type(err).__name__}: {err}")
         if positional:
@@ -72,9 +72,10 @@ def mpi_rank(environ: dict[str, str] | os._Environ[str] = os.environ) -> int | N
     return None
 
 
-def default_callbacks(given: Sequence[Any]) -> list[Any]:
+def default_callbacks(given: Sequence[Any], model: Any = None) -> list[Any]:
     """Progress reports; and, when the fit has a BackupAndRestore callback, a checkpoint with it
-    whenever the operator asks for one (keras_checkpoint.py)."""
+    whenever the operator asks for one (keras_checkpoint.py), but under a ParameterServerStrategy,
+    where tf_keras refuses batch-level callbacks ("Batch-level Callbacks are not supported")."""
     import disttrain_progress
     from disttrain_progress import keras_checkpoint
 
@@ -83,7 +84,8 @@ def default_callbacks(given: Sequence[Any]) -> list[Any]:
     if not any(getattr(c, MARK, False) for c in given):  # the script may add its own (our examples do)
         added.append(disttrain_progress.keras_callback(disttrain_progress.for_rank(rank) if rank is not None else None))
     backup = next((c for c in given if type(c).__name__ == "BackupAndRestore"), None)
-    if backup is not None and not any(getattr(c, keras_checkpoint.MARK, False) for c in given):
+    coordinated = getattr(getattr(model, "distribute_strategy", None), "_should_use_with_coordinator", False)
+    if backup is not None and not coordinated and not any(getattr(c, keras_checkpoint.MARK, False) for c in given):
         added.append(keras_checkpoint.checkpoint_callback(backup))
     return added
 
@@ -127,7 +129,7 @@ class _Patching(importlib.abc.Loader):
 
 
 def patch_keras(module: ModuleType,
-                callbacks: Callable[[Sequence[Any]], Sequence[Any]] = default_callbacks) -> None:
+                callbacks: Callable[[Sequence[Any], Any], Sequence[Any]] = default_callbacks) -> None:
     model = getattr(module, "Model", None)
     if isinstance(model, type) and hasattr(model, "fit"):
         wrap_fit(model, callbacks)

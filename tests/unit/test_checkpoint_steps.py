@@ -38,7 +38,7 @@ def job(**run_policy: Any) -> dict[str, Any]:
 def pod(rtype: str, index: int, phase: str = "Running") -> ObservedPod:
     return ObservedPod(name=f"mnist-{rtype}-{index}", uid=f"u-{rtype}-{index}", owner_uid="uid-1",
                        replica_type=rtype, index=index, phase=phase, ready=phase == "Running", terminating=False,
-                       exit_code=None, reason=None, container_restarts=0, scheduled=True)
+                       exit_code=None, reason=None, container_restarts=0, scheduled=True, hears_checkpoint=True)
 
 
 PODS = [pod("chief", 0), pod("worker", 0), pod("worker", 1)]
@@ -46,9 +46,12 @@ PODS = [pod("chief", 0), pod("worker", 0), pod("worker", 1)]
 
 def step(spec: dict[str, Any], status: dict[str, Any], *, at: datetime.datetime = NOW,
          confirmed: Checkpoint | None = None, endpoint: ProgressEndpoint | None = ENDPOINT,
-         wl: ObservedWorkload | None = None, pods: list[ObservedPod] = PODS) -> Plan:
+         wl: ObservedWorkload | None = None, pods: list[ObservedPod] = PODS,
+         confirmed_at: datetime.datetime | None = None) -> Plan:
+    """`confirmed`: the book's last confirmation, arrived at `confirmed_at` (a second before `at`)."""
+    arrived = confirmed_at or at - datetime.timedelta(seconds=1)
     progress = ProgressState(checkpoint=Reported(Report(step=1200, checkpoint=confirmed), "mnist-chief-0",
-                                                 at - datetime.timedelta(seconds=1))) if confirmed else None
+                                                 arrived)) if confirmed else None
     queue = QueueState("team-gpu", wl, FLAVORS) if wl else None
     state = JobState(REF, 1, parse_spec(spec["spec"]), status, queue=queue, progress=progress, report_to=endpoint)
     return reconcile(state, pods, at)
@@ -190,6 +193,7 @@ def test_every_pod_hears_the_request_through_a_file_of_its_annotation() -> None:
     for key in (PodKey("chief", 0), PodKey("worker", 1)):
         built = job_pod(REF, spec, key, report_to=ENDPOINT)
         [volume] = [v for v in built["spec"]["volumes"] if v["name"] == "disttrain-checkpoint"]
+        assert built["metadata"]["labels"]["disttrain.dev/checkpoint-file"] == "true"
         assert volume["downwardAPI"]["items"] == [
             {"path": "request", "fieldRef": {"fieldPath": f"metadata.annotations['{REQUEST_ANNOTATION}']"}}]
         for container in built["spec"]["containers"]:
@@ -216,3 +220,59 @@ def test_the_jobs_message_says_why_it_waits_in_kueues_words() -> None:
     assert "(Preempted: Preempted to accommodate a workload (UID: w2)); the training is asked for a checkpoint " \
            f"first (request {held['checkpoint']['request']}), then its pods are stopped, at 2026-11-22T12:00:30Z " \
            "at the latest" in held["message"]
+
+
+def test_a_suspend_during_an_evictions_wait_keeps_its_request_and_deadline() -> None:
+    evicted = workload(*ADMITTED, ("Evicted", True, "Preempted", "Preempted to accommodate a workload"))
+    held = step(job(), RUNNING, wl=evicted).status
+    both = step(job(suspend=True), held, wl=evicted, at=NOW + datetime.timedelta(seconds=10))
+    assert both.status["checkpoint"] == held["checkpoint"] and not both.delete and not both.events
+    assert both.requeue_after == pytest.approx(20), "one bound for the stop, not a second one"
+
+
+def test_preempted_twice_each_stop_has_its_own_request() -> None:
+    evicted = workload(*ADMITTED, ("Evicted", True, "Preempted", "Preempted to accommodate a workload"))
+    first = step(job(), RUNNING, wl=evicted).status
+    saved = Checkpoint(first["checkpoint"]["request"], 50, "/ckpt")
+    stopped = step(job(), first, wl=evicted, at=NOW + datetime.timedelta(seconds=2), confirmed=saved).status
+    readmitted = {**{k: v for k, v in stopped.items() if k != "deletedPods"}, "phase": "Running"}  # new pods
+    later = NOW + datetime.timedelta(minutes=5)
+    second = step(job(), readmitted, wl=evicted, at=later, confirmed=saved,
+                  confirmed_at=NOW + datetime.timedelta(seconds=1))
+    assert second.status["checkpoint"]["request"] != first["checkpoint"]["request"] and not second.delete
+    assert second.status["lastCheckpoint"]["step"] == 50, "the first stop's checkpoint, until the next is confirmed"
+
+
+def test_the_drained_pod_gone_its_peers_are_still_held_until_the_checkpoint() -> None:
+    held = step(job(), RUNNING, pods=[pod("chief", 0), disrupted(pod("worker", 0)), pod("worker", 1)]).status
+    after = step(job(), held, pods=[pod("chief", 0), pod("worker", 1)], at=NOW + datetime.timedelta(seconds=2))
+    assert not after.delete and after.status["checkpoint"] == held["checkpoint"], "it exited once it saved"
+    done = step(job(), held, pods=[pod("chief", 0), pod("worker", 1)], at=NOW + datetime.timedelta(seconds=3),
+                confirmed=Checkpoint("sigterm", 1300, "/ckpt"))
+    assert len(done.delete) == 2 and done.status["lastCheckpoint"]["step"] == 1300
+
+
+def test_pods_made_without_the_request_file_are_not_waited_for() -> None:
+    """Pods an older operator made (no file, no label) can't hear a request: the stop goes on."""
+    old = [dataclasses.replace(p, hears_checkpoint=False) for p in PODS]
+    plan = step(job(suspend=True), RUNNING, pods=old)
+    assert len(plan.delete) == 3 and "checkpoint" not in plan.status and not plan.annotate
+
+
+def test_no_pod_left_running_ends_the_wait() -> None:
+    held = step(job(suspend=True), RUNNING).status
+    plan = step(job(suspend=True), held, pods=[pod("chief", 0, "Failed")], at=NOW + datetime.timedelta(seconds=2))
+    assert plan.status["phase"] == "Suspended" and "checkpoint" not in plan.status
+    assert any("no pod is left running" in e.message for e in plan.events)
+
+
+def test_an_eviction_for_pods_never_ready_is_not_held() -> None:
+    evicted = workload(*ADMITTED, ("Evicted", True, "PodsReadyTimeout", "Exceeded the PodsReady timeout"))
+    plan = step(job(), RUNNING, wl=evicted)
+    assert len(plan.delete) == 3 and "checkpoint" not in plan.status
+
+
+def test_a_suspend_called_off_says_so_in_the_message() -> None:
+    held = step(job(suspend=True), RUNNING).status
+    resumed = step(job(suspend=False), held, at=NOW + datetime.timedelta(seconds=5))
+    assert resumed.status["message"] == "the stop was called off before the checkpoint: the training goes on"

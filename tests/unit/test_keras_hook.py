@@ -43,7 +43,7 @@ def fake_keras(tmp_path: Path) -> Iterator[Path]:
 def test_fit_gets_the_callbacks_once_keras_is_imported(fake_keras: Path) -> None:
     added: list[Any] = []
 
-    def callbacks(given: Any) -> list[Any]:
+    def callbacks(given: Any, model: Any) -> list[Any]:
         if any(isinstance(c, Ours) for c in given):
             return []
         added.append(Ours())
@@ -60,7 +60,7 @@ def test_fit_gets_the_callbacks_once_keras_is_imported(fake_keras: Path) -> None
 
 
 def test_a_callback_factory_that_fails_leaves_fit_alone(fake_keras: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    def broken(given: Any) -> list[Any]:
+    def broken(given: Any, model: Any) -> list[Any]:
         raise RuntimeError("no TensorFlow here")
     sys.meta_path.insert(0, startup.KerasFinder(lambda m: startup.patch_keras(m, broken)))
     import tf_keras
@@ -135,3 +135,25 @@ def test_sigterm_while_a_fit_runs_asks_a_checkpoint_and_ends_the_process_once_sa
         assert done.returncode == 0 and "received False" in done.stdout and "still here" in done.stdout, done
     else:
         assert done.returncode == 143 and "received True" in done.stdout and "still here" not in done.stdout, done
+
+
+def test_after_a_save_asked_for_the_fit_waits_for_the_stop_or_its_calling_off(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    from disttrain_progress import keras_checkpoint
+
+    monkeypatch.setenv("DISTTRAIN_CHECKPOINT_DIR", str(tmp_path))
+    (tmp_path / "request").write_text("c1")
+    on = keras_checkpoint.OnSigterm()
+    started = time.monotonic()
+    on.await_stop("c1")  # not installed (a script's own handler): no wait
+    assert time.monotonic() - started < 0.1
+    on.install()
+    try:
+        threading.Timer(0.3, lambda: (tmp_path / "request").write_text("")).start()  # the stop called off
+        on.await_stop("c1")
+        assert 0.25 < time.monotonic() - started < 2
+    finally:
+        on.uninstall()

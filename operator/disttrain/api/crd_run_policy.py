@@ -34,8 +34,9 @@ def run_policy_schema() -> Schema:
                         "true: delete the job's pods and hold it in phase Suspended; false again: start afresh."},
             "checkpointGraceSeconds": int_field(
                 "Before the operator stops the job's pods for a reason that is not a failure (a Kueue eviction "
-                "or preemption, suspend), it asks the training to save a checkpoint and waits this long for "
-                "its confirmation; 0 stops at once.", minimum=0, maximum=3600,
+                "or preemption, suspend, the whole-job restart after a pod was drained), it asks the training "
+                "to save a checkpoint and waits this long for its confirmation; 0 stops at once.",
+                minimum=0, maximum=defaults.MAX_CHECKPOINT_GRACE_SECONDS,
                 default=defaults.CHECKPOINT_GRACE_SECONDS),
             "scheduling": scheduling_schema(),
             "networkPolicy": immutable(network_policy_schema(), "runPolicy.networkPolicy"),

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from disttrain.api.constants import REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from disttrain.api.constants import CHECKPOINT_FILE_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from disttrain.api.objects import PodKey, controller_uid
 
 
@@ -37,6 +37,7 @@ class ObservedPod:
     disruption: str | None = None
     finished_at: str | None = None  # when its failed container ended (RFC 3339, the kubelet's clock)
     init_container: str | None = None  # the init container that exited non-zero, when it was one
+    hears_checkpoint: bool = False  # has the checkpoint-request file (CHECKPOINT_FILE_LABEL)
 
     @property
     def active(self) -> bool:
@@ -77,10 +78,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
             reason = reason or terminated.get("reason")
             init_container = cs.get("name") if is_init else None
             break
-    try:
-        index = int(labels.get(REPLICA_INDEX_LABEL, "0"))
-    except ValueError:
-        index = -1
+    index = int(labels.get(REPLICA_INDEX_LABEL, "0")) if labels.get(REPLICA_INDEX_LABEL, "0").isdigit() else -1
     return ObservedPod(
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
@@ -100,6 +98,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         disruption=disruption,
         finished_at=finished_at,
         init_container=init_container,
+        hears_checkpoint=labels.get(CHECKPOINT_FILE_LABEL) == "true",
     )
 
 

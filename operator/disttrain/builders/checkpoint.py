@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from disttrain.api.constants import GROUP
+from disttrain.api.constants import CHECKPOINT_FILE_LABEL, GROUP
 from disttrain.builders.pods import add_volumes, with_env
 
 CHECKPOINT_DIR = f"/var/run/{GROUP}/checkpoint"
@@ -30,4 +30,7 @@ def pod_additions(pod: Mapping[str, Any]) -> dict[str, Any]:
     spec = dict(out["spec"])
     spec["containers"] = [with_env(c, {DIR_ENV: CHECKPOINT_DIR}) for c in spec["containers"]]
     out["spec"] = spec
+    meta = dict(out.get("metadata") or {})
+    meta["labels"] = {**(meta.get("labels") or {}), CHECKPOINT_FILE_LABEL: "true"}
+    out["metadata"] = meta
     return out

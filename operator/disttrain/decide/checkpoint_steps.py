@@ -39,6 +39,9 @@ from disttrain.decide.plan import Event
 from disttrain.decide.policies.failure import Restart
 from disttrain.decide.reasons import Reason
 
+HOLD_WORDS = "the training is asked for a checkpoint first"
+ID_FORMAT = "%Y%m%d-%H%M%S-%f"
+
 
 def hold_for_checkpoint(p: Pass, why: str, cause: str) -> bool:
     """True while the stop waits for the training's checkpoint (the pods stay); False: stop now.
@@ -49,7 +52,7 @@ def hold_for_checkpoint(p: Pass, why: str, cause: str) -> bool:
     holding = _waiting(p, pending) if pending else _ask(p, why)
     if holding:
         asked = p.plan.status["checkpoint"]
-        p.plan.status["message"] = (f"{cause}; the training is asked for a checkpoint first (request "
+        p.plan.status["message"] = (f"{cause}; {HOLD_WORDS} (request "
                                     f"{asked['request']}), then its pods are stopped, at {asked['deadline']} at the "
                                     f"latest (runPolicy.checkpointGraceSeconds)")
     return holding
@@ -58,14 +61,23 @@ def hold_for_checkpoint(p: Pass, why: str, cause: str) -> bool:
 def hold_restart(p: Pass, decision: Restart, failed: Sequence[ObservedPod]) -> bool:
     """A whole-job restart for a pod someone else is ending: its peers wait for the checkpoint."""
     disrupted = next((pod for pod in failed if pod.terminating and pod.disruption is not None), None)
-    if decision.give_up or not decision.whole_job or disrupted is None:
+    if decision.give_up or not decision.whole_job:
         return False
-    return hold_for_checkpoint(p, "Disrupted", f"{disrupted.replica_type} {disrupted.index} (pod {disrupted.name}) "
-                                               f"is being ended from outside ({disrupted.disruption})")
+    if disrupted is not None:
+        return hold_for_checkpoint(p, "Disrupted", f"{disrupted.replica_type} {disrupted.index} (pod {disrupted.name})"
+                                                   f" is being ended from outside ({disrupted.disruption})")
+    # The disrupted pod gone (it saved on its SIGTERM and exited): the request made for it stands.
+    pending = p.job.status.get("checkpoint") or {}
+    return pending.get("reason") == "Disrupted" and hold_for_checkpoint(p, "Disrupted", "a pod was ended from outside")
+
+
+def _hearing(p: Pass) -> list[ObservedPod]:
+    """The running pods that have the request file (one made by an operator before it has none)."""
+    return [pod for pod in p.live if pod.phase == "Running" and pod.hears_checkpoint]
 
 
 def _ask(p: Pass, why: str) -> bool:
-    running = [pod for pod in p.live if pod.phase == "Running"]
+    running = _hearing(p)
     grace = p.spec.run_policy.checkpoint_grace_seconds
     if grace <= 0 or p.job.report_to is None or not running:
         return False
@@ -82,7 +94,7 @@ def _ask(p: Pass, why: str) -> bool:
 
 def _waiting(p: Pass, pending: dict[str, str]) -> bool:
     confirmed = p.job.progress.checkpoint if p.job.progress else None
-    asked = parse_timestamp(pending.get("requestedAt")) or p.now
+    asked = asked_at(pending) or p.now
     if confirmed is not None and confirmed.report.checkpoint is not None and (
             confirmed.report.checkpoint.request == pending.get("request") or confirmed.at >= asked):
         saved = confirmed.report.checkpoint
@@ -100,8 +112,13 @@ def _waiting(p: Pass, pending: dict[str, str]) -> bool:
     deadline = parse_timestamp(pending.get("deadline")) or p.now
     # Asked again while it stands: the controller patches each pod once, so this only repeats a
     # patch that failed, or one a restarted operator can't know was made.
-    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: str(pending.get("request"))}) for pod in p.live
-                       if pod.phase == "Running"]
+    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: str(pending.get("request"))}) for pod in _hearing(p)]
+    if not _hearing(p):  # every pod that could save has ended: nothing to wait for
+        p.plan.status.pop("checkpoint", None)
+        p.plan.events.append(Event("Warning", Reason.CHECKPOINT_TIMED_OUT,
+                                     f"no checkpoint confirmed for request {pending.get('request')}, and no pod is "
+                                     f"left running to make one: the stop goes on"))
+        return False
     if p.now >= deadline:
         p.plan.status.pop("checkpoint", None)
         p.plan.events.append(Event("Warning", Reason.CHECKPOINT_TIMED_OUT,
@@ -119,9 +136,20 @@ def drop_when_not_stopping(p: Pass) -> None:
     if p.stopping or not p.job.status.get("checkpoint"):
         return
     p.plan.status.pop("checkpoint", None)
-    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: ""}) for pod in p.live if pod.phase == "Running"]
+    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: ""}) for pod in _hearing(p)]
+    if HOLD_WORDS in str(p.plan.status.get("message")):
+        p.plan.status["message"] = "the stop was called off before the checkpoint: the training goes on"
 
 
 def request_id(now: datetime.datetime) -> str:
     """Unique to the job for as long as it lives (one request a stop, never two in a microsecond)."""
-    return f"c{now.strftime('%Y%m%d-%H%M%S-%f')}"
+    return f"c{now.strftime(ID_FORMAT)}"
+
+
+def asked_at(pending: dict[str, str]) -> datetime.datetime | None:
+    """When the request was made, to the microsecond its id holds (requestedAt has whole seconds)."""
+    try:
+        made = datetime.datetime.strptime(str(pending.get("request"))[1:], ID_FORMAT)
+        return made.replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return parse_timestamp(pending.get("requestedAt"))

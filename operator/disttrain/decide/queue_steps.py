@@ -181,7 +181,9 @@ def evicted(p: Pass, workload: ObservedWorkload) -> bool:
     said = f"{cond.get('reason', 'Evicted')}: {cond.get('message', '')}"
     cause = f"Kueue evicted Workload {workload.name}{where} ({said})"
     message = f"{cause}; its pods are deleted and it starts afresh once admitted again (no restart counted)"
-    if checkpoint_steps.hold_for_checkpoint(p, "Evicted", cause):
+    # Evicted for pods never ready (Kueue's waitForPodsReady): no training ran to save, and the
+    # release is what that timeout exists for (kueue v0.19.2 WorkloadEvictedByPodsReadyTimeout).
+    if cond.get("reason") != "PodsReadyTimeout" and checkpoint_steps.hold_for_checkpoint(p, "Evicted", cause):
         return True  # the pods and the quota stay until the checkpoint or its deadline (a bound Kueue waits out)
     p.plan.delete = list(p.live)
     p.release_group()
