@@ -2,12 +2,14 @@
 bench-checkpoint` (a real node; about 15 minutes). Not collected by `make test` (the name isn't
 test_*): a benchmark, its numbers in bench/results.checkpoint.{json,md}.
 
-Method. The multi-worker-mirrored example (2 workers, 5000 steps an epoch, a worker's step in a
-few milliseconds on this machine's 2 cores) is stopped at step 6000, 1000 steps into its second
-epoch, by a suspend, a Kueue preemption (a higher-priority job in a ClusterQueue it fills) and a
-drained pod (the Eviction API on worker 1), and resumed. Each stop in three setups:
+Method. The multi-worker-mirrored example (2 workers, 20000 steps an epoch, about 150 steps a
+second on this machine's 2 cores) is stopped at step 6000 of its first epoch by a suspend, a Kueue
+preemption (a higher-priority job in a ClusterQueue it fills) and a drained pod (the Eviction API
+on worker 1), and resumed. Each stop in three setups:
 - `none`: as before issue 33, `checkpointGraceSeconds: 0` and the Keras hook off
-  (DISTTRAIN_KERAS_HOOK=0): the training resumes from its last epoch-end backup;
+  (DISTTRAIN_KERAS_HOOK=0): the training resumes from its last epoch-end backup (here none: step 0).
+  Its python, the container's PID 1, ignores SIGTERM and trains on until the kubelet's SIGKILL 30 s
+  later;
 - `sigterm`: `checkpointGraceSeconds: 0`, the hook on: the pods save on their SIGTERM alone;
 - `request`: the default (30 s): the operator asks first and waits for the confirmation.
 Steps redone = the last step worker 0 logged before its pod ended (LOG_EVERY_STEPS=10: up to 9
@@ -27,10 +29,12 @@ import yaml
 from e2e_support import EXAMPLES, Follow, apply_example
 from support import ROOT, Cluster, wait_for, wait_pods_running
 
-from .test_checkpoint_before_stop import EPOCHS, JOB, STEPS, full_queue, suspend, uids, urgent_job
+from .test_checkpoint_before_stop import JOB, full_queue, suspend, uids, urgent_job
 
 pytestmark = pytest.mark.e2e
-STOP_AT = STEPS // EPOCHS + 1000
+# Epochs of 20000 steps (about two minutes here), stopped 6000 steps into the first: an epoch far
+# longer than the 30 s a pod ignoring SIGTERM trains on, as a real training's are.
+STEPS, EPOCHS, STOP_AT = 40000, 2, 6000
 RESULTS = ROOT / "bench" / "results.checkpoint"  # .json and .md
 SETUPS = {"none": (0, "0"), "sigterm": (0, "1"), "request": (30, "1")}
 
