@@ -100,7 +100,7 @@ class FakeKube:
             del self.objects[key_of(obj)]
 
     async def patch(self, obj: Mapping[str, Any], body: Mapping[str, Any], *, status: bool = False,
-                    apply: bool = False) -> None:
+                    apply: bool = False, manager: str = "") -> None:
         """A merge patch, or (apply) a server-side apply whose conditions merge by type."""
         self.calls.append(("apply" if apply else "patch", "/".join(key_of(obj)) + ("/status" if status else "")))
         found = self.objects.get(key_of(obj))

@@ -248,3 +248,28 @@ def test_a_shrink_kueue_refuses_is_left_alone_and_holds_nothing_up() -> None:
     for _ in range(3):
         asyncio.run(queues.write(JobRef("mnist", "ml", "uid-1"), [op]))
     assert kube.calls.count(("json-patch", "w")) == 1, "asked once, not again every pass"
+
+
+def test_each_workload_condition_is_applied_by_its_own_field_manager() -> None:
+    """An apply drops what its field manager applied before and omits now: one manager applying
+    Finished after PodsReady left PodsReady with its type alone, which the API server refused (422)."""
+    import asyncio
+
+    from fakes import FakeClock, FakeKube
+
+    from disttrain.control.queues import Queues
+    from disttrain.decide.plan import WorkloadOp
+
+    class Managers(FakeKube):
+        managers: list[str] = []
+
+        async def patch(self, obj: Any, body: Any, *, status: bool = False, apply: bool = False,
+                        manager: str = "") -> None:
+            self.managers.append(manager)
+
+    kube = Managers()
+    condition = {"type": "PodsReady", "status": "True", "reason": "PodsReady", "message": "m",
+                 "lastTransitionTime": "2026-11-26T00:00:00Z"}
+    ops = [WorkloadOp("condition", "w", condition), WorkloadOp("condition", "w", {**condition, "type": "Finished"})]
+    asyncio.run(Queues(kube, FakeClock()).write(JobRef("mnist", "ml", "uid-1"), ops))
+    assert kube.managers == ["disttrain-operator-podsready", "disttrain-operator-finished"]

@@ -165,7 +165,7 @@ class Secrets:
     async def get(self, obj: Any) -> dict[str, Any] | None:
         return self.secret
 
-    async def patch(self, obj: Any, body: Any, *, status: bool = False, apply: bool = False) -> None:
+    async def patch(self, obj: Any, body: Any, *, status: bool = False, apply: bool = False, manager: str = "") -> None:
         assert self.secret is not None
         self.secret["data"].update(body["data"])
 

@@ -180,11 +180,11 @@ class Kube:
                 raise
 
     async def patch(self, obj: Mapping[str, Any], body: Mapping[str, Any], *, status: bool = False,
-                    apply: bool = False) -> None:
+                    apply: bool = False, manager: str = FIELD_MANAGER) -> None:
         """Patch a namespaced custom object (or its status): a JSON merge patch, or with `apply` a
-        forced server-side apply as the operator's field manager. Conflict: a resourceVersion in
-        the body no longer matches."""
-        params = {"fieldManager": FIELD_MANAGER, **({"force": "true"} if apply else {})}
+        forced server-side apply as `manager`. Conflict: a resourceVersion in the body no longer
+        matches."""
+        params = {"fieldManager": manager, **({"force": "true"} if apply else {})}
         try:
             await self.rest.request("PATCH", object_path(obj, "status" if status else None), body=dict(body),
                                     params=params, content_type=APPLY_PATCH if apply else MERGE_PATCH)

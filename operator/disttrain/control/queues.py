@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from disttrain.api.constants import FIELD_MANAGER
 from disttrain.api.objects import JobRef
 from disttrain.apiserver.rest import ApiError
 from disttrain.decide.passes import JobState
@@ -38,7 +39,7 @@ class QueueAPI(Protocol):
     async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
     async def delete(self, obj: Mapping[str, Any], uid: str) -> None: ...
     async def patch(self, obj: Mapping[str, Any], body: Mapping[str, Any], *, status: bool = False,
-                    apply: bool = False) -> None: ...
+                    apply: bool = False, manager: str = FIELD_MANAGER) -> None: ...
     async def json_patch(self, obj: Mapping[str, Any], operations: list[Mapping[str, Any]]) -> None: ...
 
 
@@ -124,9 +125,13 @@ class Queues:
                 await self.kube.delete(target, op.uid)
             elif op.verb == "condition":
                 # Server-side apply of this one condition: Kueue applies its own the same way, and
-                # the conditions list merges by type.
+                # the conditions list merges by type. A field manager per condition type: an apply
+                # drops what its manager applied before and omits now, so one manager applying
+                # Finished after PodsReady left PodsReady with its type alone, and the API server
+                # refused the Workload (422, "status.conditions[5].status: Required value": a
+                # preempted job that finished, tests/e2e).
                 await self.kube.patch(target, {**target, "status": {"conditions": [op.body]}}, status=True,
-                                      apply=True)
+                                      apply=True, manager=f"{FIELD_MANAGER}-{str(op.body['type']).lower()}")
             elif op.verb in ("adopt", "update"):  # metadata, or the queue and priority it follows
                 await self.kube.patch(target, op.body)
             elif op.verb == "json-patch":  # a podSet's count lowered in place (queue_steps.shrink)
