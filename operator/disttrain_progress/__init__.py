@@ -290,16 +290,21 @@ def flush(timeout: float = 5.0) -> bool:
 _confirmed: set[str] = set()
 
 
-def checkpoint_requested(directory: str | None = None) -> str | None:
-    """The id of the checkpoint the operator asks for before it stops this job's pods, until this
-    process confirms it; None when none is asked. Every rank of every pod sees the same id."""
+def request_in_file(directory: str | None = None) -> str | None:
+    """What the checkpoint-request file says now (confirmed or not); None when it asks nothing."""
     where = directory or os.environ.get("DISTTRAIN_CHECKPOINT_DIR") or CHECKPOINT_DIR
     try:
         with open(os.path.join(where, "request"), encoding="utf-8") as file:
-            request = file.read(128).strip()
+            return file.read(128).strip() or None
     except OSError:
         return None
-    return request if request and request not in _confirmed else None
+
+
+def checkpoint_requested(directory: str | None = None) -> str | None:
+    """The id of the checkpoint the operator asks for before it stops this job's pods, until this
+    process confirms it; None when none is asked. Every rank of every pod sees the same id."""
+    request = request_in_file(directory)
+    return request if request is not None and request not in _confirmed else None
 
 
 def confirm_checkpoint(request: str, step: int | None = None, path: str = "", timeout: float = 10.0) -> bool:

@@ -91,17 +91,8 @@ class OnSigterm:
         if not self.installed:
             return
         until = time.monotonic() + FRESH_SECONDS
-        while time.monotonic() < until and _request_in_file() == request:
+        while time.monotonic() < until and progress.request_in_file() == request:
             time.sleep(0.1)
-
-
-def _request_in_file() -> str | None:
-    try:
-        where = os.environ.get("DISTTRAIN_CHECKPOINT_DIR") or progress.CHECKPOINT_DIR
-        with open(os.path.join(where, "request"), encoding="utf-8") as file:
-            return file.read(128).strip() or None
-    except OSError:
-        return None
 
 
 def exit_now() -> None:
