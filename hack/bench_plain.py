@@ -16,7 +16,7 @@ from typing import Any
 from bench_observe import PLAIN_LABEL, watch_forever
 from disttrain.api.constants import REPLICA_TYPE_LABEL
 from disttrain.api.objects import JobRef
-from disttrain.api.spec import parse_spec
+from disttrain.api.parse import parse_spec
 from disttrain.builders.desired import job_pod, supporting_objects
 from disttrain.builders.pods import desired_pod_keys
 

@@ -67,3 +67,10 @@ def mpi_job(name: str = "hvd", workers: int = 4, gpus: int = 2, worker_policy: s
         worker["template"]["spec"]["nodeSelector"] = worker_node_selector
     launcher = replica(1, "Never", cpu="1", command=["mpirun", "python", "/train.py"], image=HOROVOD_IMAGE)
     return job(name, {"mpi": {"launcher": launcher, "worker": worker}}, run_policy or None)
+
+
+def gloo_job(name: str = "hvd", workers: int = 3, gpus: int = 0, worker_policy: str = "ExitCode",
+             **run_policy: Any) -> dict[str, Any]:
+    """Horovod without SSH (spec.mpi.bootstrap Gloo): no launcher, each worker runs the training."""
+    worker = replica(workers, worker_policy, gpus=gpus, image=HOROVOD_IMAGE, command=["python", "/train.py"])
+    return job(name, {"mpi": {"bootstrap": "Gloo", "worker": worker}}, run_policy or None)

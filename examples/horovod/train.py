@@ -9,13 +9,17 @@ prints one JSON line per event: {"event": "start", "epoch": 3, "resumed": true}.
 The ranks run on the worker pods, started over SSH by mpirun: they see only the environment
 mpirun exports (-x), not the worker containers' own.
 
+The same seed gives the same run, whichever way the ranks were started (mpirun over SSH, or
+spec.mpi.bootstrap Gloo): rank 0's initial weights are everyone's, and each rank's data is its own.
+
 Environment: TRAIN_STEPS (default 200, over all epochs), EPOCHS (default 4), CHECKPOINT_DIR
-(default /tmp/checkpoints), RESULT_FILE (optional: per rank, `{rank}` is replaced).
+(default /tmp/checkpoints), SEED (default 42), RESULT_FILE (optional: per rank, `{rank}` is replaced).
 """
 
 import hashlib
 import json
 import os
+import time
 
 import horovod.tensorflow as hvd_tf
 import horovod.tensorflow.keras as hvd
@@ -38,6 +42,12 @@ class Checkpoints(tf.keras.callbacks.Callback):
     def __init__(self, manager: tf.train.CheckpointManager, epoch: tf.Variable) -> None:
         super().__init__()
         self.manager, self.epoch = manager, epoch
+        self.stepped = False
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if hvd.rank() == 0 and not self.stepped:  # when training started, for apply-to-first-step timings
+            self.stepped = True
+            say(event="first_step", epoch=int(self.epoch.numpy()), batch=batch, time=time.time())
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if hvd.rank() == 0:
@@ -48,6 +58,7 @@ class Checkpoints(tf.keras.callbacks.Callback):
 
 def main() -> None:
     hvd.init()
+    tf.keras.utils.set_random_seed(int(os.environ.get("SEED", "42")))
     rng = np.random.RandomState(hvd.rank())
     x = rng.rand(512, 8).astype("float32")
     y = (x @ np.arange(1, 9, dtype="float32").reshape(8, 1)).astype("float32")

@@ -20,7 +20,7 @@ from scripts import check_outcome, run_scripts, scripts
 
 from disttrain.api.objects import JobRef
 from disttrain.api.observed import observe_pod
-from disttrain.api.spec import parse_spec
+from disttrain.api.parse import parse_spec
 from disttrain.decide.passes import JobState
 from disttrain.decide.reconcile import reconcile
 from support import Cluster, OperatorProcess, wait_for, wait_pods_running

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from manifests import mpi_job
+from manifests import gloo_job, mpi_job
 from support import Cluster, OperatorProcess, pod_names, wait_for, wait_pods_running
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -97,3 +97,36 @@ def test_ssh_secrets_differ_per_job_and_stay_out_of_logs(cluster: Cluster, names
         body = "".join(key.strip().splitlines()[1:-1])
         assert body[:40] not in log.replace("\n", "")
         assert "PRIVATE KEY" not in log
+
+
+def test_a_gloo_job_has_no_launcher_no_secret_and_succeeds_when_every_worker_does(cluster: Cluster,
+                                                                                  namespace: str) -> None:
+    """spec.mpi.bootstrap Gloo: three workers running the bootstrap ahead of their command, the
+    ConfigMap holding it, no Secret; a killed worker restarts the whole world; success is every
+    worker's (there is no launcher to say so)."""
+    cluster.apply(gloo_job("gl", workers=3), namespace)
+    before = {p.metadata.name: p.metadata.uid for p in wait_pods_running(cluster, namespace, "gl", 3)}
+    assert sorted(before) == ["gl-worker-0", "gl-worker-1", "gl-worker-2"]
+    worker = cluster.core.read_namespaced_pod("gl-worker-2", namespace)
+    assert worker.spec.containers[0].command == ["python3", "/etc/mpi/disttrain_gloo.py"]
+    assert worker.spec.containers[0].args == ["--", "python", "/train.py"]
+    env = {e.name: e.value for e in worker.spec.containers[0].env}
+    assert env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == f"gl-worker-0.gl.{namespace}.svc" and env["HOROVOD_CROSS_RANK"] == "2"
+    assert "disttrain_gloo.py" in cluster.core.read_namespaced_config_map("gl-mpi", namespace).data
+    assert not [s for s in cluster.core.list_namespaced_secret(namespace).items if s.metadata.name.startswith("gl-")]
+    assert "sshSecret" not in cluster.job_status(namespace, "gl")
+    cluster.wait_phase(namespace, "gl", "Running")
+
+    cluster.finish_pod(namespace, "gl-worker-1", 137)
+
+    def restarted() -> bool:
+        pods = {p.metadata.name: p.metadata.uid for p in wait_pods_running(cluster, namespace, "gl", 3)}
+        return all(pods[n] != before[n] for n in before)
+    wait_for(restarted, 40, "every worker recreated")
+    cluster.wait_phase(namespace, "gl", "Running")
+    cluster.finish_pod(namespace, "gl-worker-0", 0)
+    cluster.finish_pod(namespace, "gl-worker-1", 0)
+    assert cluster.job_status(namespace, "gl")["phase"] == "Running", "two of three workers are not the job"
+    cluster.finish_pod(namespace, "gl-worker-2", 0)
+    status = cluster.wait_phase(namespace, "gl", "Succeeded")
+    assert status["restarts"] == 1 and "all 3 workers succeeded" in status["message"], status

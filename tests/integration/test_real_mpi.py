@@ -37,7 +37,7 @@ from typing import IO, Any
 import pytest
 
 from disttrain.api.objects import JobRef, PodKey
-from disttrain.api.spec import parse_spec
+from disttrain.api.parse import parse_spec
 from disttrain.builders import mpi
 from disttrain.builders.desired import job_pod, supporting_objects
 from disttrain.builders.naming import pod_fqdn, pod_name

@@ -31,6 +31,10 @@ def mpi_job() -> Job:
     return manifests.mpi_job("hvd", workers=2, gpus=2, worker_policy="Never")
 
 
+def gloo_job() -> Job:
+    return manifests.gloo_job("hvd", workers=2)
+
+
 CONTAINER_0 = "spec.tensorflow.worker.template.spec.containers[0]"
 CONTAINER_NAMED = 'spec.tensorflow.worker.template.spec.containers[name="tensorflow"]'
 
@@ -120,6 +124,18 @@ INVALID: dict[str, tuple[Job, list[str | tuple[str, ...]]]] = {
     "slotsPerWorker 0": (
         edit(mpi_job, lambda j: j["spec"]["mpi"].update(slotsPerWorker=0)),
         ["spec.mpi.slotsPerWorker", "greater than or equal to 1"]),
+    "an unknown bootstrap": (
+        edit(gloo_job, lambda j: j["spec"]["mpi"].update(bootstrap="PMIx")),
+        ["spec.mpi.bootstrap", "Unsupported value"]),
+    "a Gloo job with a launcher": (
+        edit(gloo_job, lambda j: j["spec"]["mpi"].update(launcher=mpi_job()["spec"]["mpi"]["launcher"])),
+        ["spec.mpi.launcher", "bootstrap Gloo has no launcher: each worker runs the training command itself"]),
+    "an elastic Gloo job": (
+        edit(gloo_job, lambda j: j["spec"]["mpi"].update(elastic={"minReplicas": 1, "maxReplicas": 3})),
+        ["spec.mpi.elastic", "elastic needs bootstrap SSH: Horovod's elastic driver"]),
+    "a Gloo worker without a command": (
+        edit(gloo_job, lambda j: j["spec"]["mpi"]["worker"]["template"]["spec"]["containers"][0].pop("command")),
+        ["spec.mpi.worker.template.spec.containers", "runs its own command"]),
 }
 
 
@@ -154,6 +170,9 @@ def test_valid_jobs_are_accepted_with_defaults_filled_in(crd: Cluster, namespace
     assert "restartScope" not in stored["runPolicy"], "its default depends on the job's shape"
     crd.apply(mpi_job(), namespace)
     assert crd.job(namespace, "hvd")["spec"]["mpi"]["launcherStart"] == "WhenWorkersReady"
+    assert crd.job(namespace, "hvd")["spec"]["mpi"]["bootstrap"] == "SSH"
+    crd.apply(edit(gloo_job, lambda j: j["metadata"].update(name="gloo")), namespace)
+    assert crd.job(namespace, "gloo")["spec"]["mpi"]["bootstrap"] == "Gloo"
 
 
 def test_kubectl_explain_teaches_the_api(crd: Cluster) -> None:

@@ -13,8 +13,8 @@ from test_queueing import ADMITTED, FLAVORS, workload
 
 from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod
+from disttrain.api.parse import parse_spec
 from disttrain.api.progress import Checkpoint, Report, ReportError, Role, parse_report
-from disttrain.api.spec import parse_spec
 from disttrain.builders.checkpoint import REQUEST_ANNOTATION
 from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.progress_book import ProgressBook

@@ -12,7 +12,8 @@ from test_reconcile import KEYS, NOW, pod
 
 from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod
-from disttrain.api.spec import Gang, SpecError, parse_spec
+from disttrain.api.parse import SpecError, parse_spec
+from disttrain.api.spec import Gang
 from disttrain.builders import gang
 from disttrain.builders.mpi import DISCOVER_HOSTS
 from disttrain.decide.passes import JobState

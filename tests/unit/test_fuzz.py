@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod
-from disttrain.api.spec import JobSpec, SpecError, parse_spec
+from disttrain.api.parse import SpecError, parse_spec
+from disttrain.api.spec import JobSpec
 from disttrain.api.status import Phase
 from disttrain.control.ssh_keys import generate_ssh_keys
 from disttrain.decide import dispatch_steps

@@ -11,7 +11,8 @@ import pytest
 
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.observed import ObservedPod
-from disttrain.api.spec import Gang, GangProvider, JobSpec, parse_spec
+from disttrain.api.parse import parse_spec
+from disttrain.api.spec import Gang, GangProvider, JobSpec
 from disttrain.builders import gang
 from disttrain.builders.desired import job_pod, supporting_objects
 from disttrain.builders.gang import GroupStatus

@@ -9,7 +9,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from disttrain.api.objects import JobRef, PodKey
-from disttrain.api.spec import MPISpec, parse_spec
+from disttrain.api.parse import parse_spec
+from disttrain.api.spec import MPISpec
 from disttrain.builders import mpi
 from disttrain.builders.desired import job_pod, supporting_objects
 from disttrain.control.ssh_keys import generate_ssh_keys

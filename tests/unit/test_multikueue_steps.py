@@ -9,7 +9,7 @@ import datetime
 from typing import Any
 
 from disttrain.api.objects import JobRef
-from disttrain.api.spec import parse_spec
+from disttrain.api.parse import parse_spec
 from disttrain.decide import queueing
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan

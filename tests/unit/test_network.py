@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from disttrain.api.objects import JobRef
-from disttrain.api.spec import parse_spec
+from disttrain.api.parse import parse_spec
 from disttrain.builders.network import policies
 from disttrain.builders.progress import EndpointPods
 from disttrain.builders.render import render_objects

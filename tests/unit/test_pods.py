@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from disttrain.api.objects import JobRef, PodKey
-from disttrain.api.spec import RestartScope, parse_spec
+from disttrain.api.parse import parse_spec
+from disttrain.api.spec import RestartScope
 from disttrain.builders.desired import job_pod, supporting_objects
 from disttrain.builders.pods import desired_pod_keys, omp_num_threads
 from manifests import container, replica, tf_job

@@ -9,7 +9,8 @@ import pytest
 
 from disttrain.api.objects import PodKey
 from disttrain.api.observed import ObservedPod
-from disttrain.api.spec import CleanPodPolicy, JobSpec, RestartPolicy, parse_spec
+from disttrain.api.parse import parse_spec
+from disttrain.api.spec import CleanPodPolicy, JobSpec, RestartPolicy
 from disttrain.decide.policies import cleanup, deadline, failure, startup, success, ttl
 from disttrain.decide.reasons import Reason
 from manifests import mpi_job, replica, tf_job

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from disttrain.api.objects import JobRef, PodKey
+from disttrain.api.parse import parse_spec
 from disttrain.api.progress import AUDIENCE, Report, ReportError, Role, parse_report, reporter_role
-from disttrain.api.spec import parse_spec
 from disttrain.api.status import Phase
 from disttrain.builders.desired import job_pod
 from disttrain.builders.progress import PROGRESS_DIR, ProgressEndpoint

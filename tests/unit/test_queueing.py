@@ -12,7 +12,8 @@ import pytest
 
 from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod, observe_pod
-from disttrain.api.spec import JobSpec, parse_spec
+from disttrain.api.parse import parse_spec
+from disttrain.api.spec import JobSpec
 from disttrain.decide import queueing
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan

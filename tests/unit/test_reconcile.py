@@ -8,7 +8,7 @@ from typing import Any
 
 from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod, observe_pod
-from disttrain.api.spec import parse_spec
+from disttrain.api.parse import parse_spec
 from disttrain.control.ssh_keys import generate_ssh_keys
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan

@@ -8,7 +8,8 @@ from typing import Any
 
 from disttrain.api import topology
 from disttrain.api.objects import JobRef
-from disttrain.api.spec import JobSpec, parse_spec
+from disttrain.api.parse import parse_spec
+from disttrain.api.spec import JobSpec
 from disttrain.decide import queueing
 from disttrain.decide.passes import JobState
 from disttrain.decide.queueing import Flavor, ObservedWorkload, QueueState, observe_workload

@@ -13,8 +13,10 @@ from typing import Any
 
 from disttrain.api import defaults, topology
 from disttrain.api.constants import MANAGED_BY_DISTTRAIN, MANAGED_BY_MULTIKUEUE
+from disttrain.api.parse import GLOO_NEEDS_COMMAND, GLOO_NO_LAUNCHER, GLOO_NOT_ELASTIC
 from disttrain.api.spec import (
     LauncherStart,
+    MPIBootstrap,
     MPIImplementation,
     RestartPolicy,
     SuccessPolicy,
@@ -131,10 +133,17 @@ def tensorflow_schema() -> Schema:
 def mpi_schema() -> Schema:
     return {
         "type": "object",
-        "description": "An MPI job (Horovod or any mpirun program): worker pods running sshd and one launcher "
-        "pod that runs mpirun over them with a generated hostfile and SSH key.",
-        "required": ["launcher", "worker"],
+        "description": "An MPI job (Horovod or any mpirun program). bootstrap SSH: worker pods running sshd "
+        "and one launcher pod that runs mpirun over them with a generated hostfile and SSH key. bootstrap Gloo "
+        "(Horovod): no launcher, no SSH; each worker runs its command once per slot, with its ranks and worker "
+        "0's rendezvous in the environment.",
+        "required": ["worker"],
         "properties": {
+            "bootstrap": immutable(enum_field(
+                "How the ranks start. SSH: mpirun on the launcher starts them over SSH (any MPI program). Gloo: "
+                "each worker runs its own command, one process per slot, as horovodrun --gloo would start it; "
+                "worker 0 serves Horovod's rendezvous (docs/api.md, Horovod without SSH).",
+                [b.value for b in MPIBootstrap], defaults.MPI_BOOTSTRAP), "spec.mpi.bootstrap"),
             "implementation": immutable(enum_field(
                 "The MPI implementation the image uses; decides the hostfile format and launcher environment.",
                 [m.value for m in MPIImplementation], defaults.MPI_IMPLEMENTATION), "spec.mpi.implementation"),
@@ -142,7 +151,8 @@ def mpi_schema() -> Schema:
                 "MPI slots (processes) per worker. Default: the worker container's nvidia.com/gpu limit, else 1.",
                 minimum=1), "spec.mpi.slotsPerWorker"),
             "launcher": replica_spec("launcher", "The launcher: exactly one pod, which runs mpirun. It asks "
-                                     "for no GPU unless its template does.", minimum=1, maximum=1),
+                                     "for no GPU unless its template does. Required with bootstrap SSH, absent "
+                                     "with Gloo.", minimum=1, maximum=1),
             "worker": replica_spec("worker", "The workers mpirun starts ranks on (at least one).", minimum=1,
                                    scalable=True),
             "sshAuthMountPath": string_field("Where the generated SSH key, authorized_keys and ssh config are mounted.",
@@ -155,6 +165,7 @@ def mpi_schema() -> Schema:
             "elastic": immutable(elastic_schema(), "spec.mpi.elastic"),
         },
         "x-kubernetes-validations": [
+            *gloo_rules(),
             {"rule": "has(self.elastic) || self.worker.replicas == oldSelf.worker.replicas",
              "message": "spec.mpi.worker.replicas can't be changed after the job is created, unless spec.mpi.elastic "
                         "is set", "fieldPath": ".worker.replicas"},
@@ -166,6 +177,23 @@ def mpi_schema() -> Schema:
              "fieldPath": ".worker.replicas"},
         ],
     }
+
+
+def gloo_rules() -> list[Schema]:
+    """What each bootstrap needs of the job's replicas (the messages are parse.py's, which
+    `disttrain render` gives too)."""
+    gloo = f"self.bootstrap == '{MPIBootstrap.GLOO.value}'"
+    spec = "self.worker.template.spec"
+    command = (f"has(self.worker.template) && has({spec}) && size({spec}.containers) > 0 && "
+               f"has({spec}.containers[0].command) && size({spec}.containers[0].command) > 0")
+    return [
+        {"rule": f"{gloo} || has(self.launcher)", "fieldPath": ".launcher", "reason": "FieldValueRequired",
+         "message": "spec.mpi.launcher is required with bootstrap SSH: it runs mpirun"},
+        {"rule": f"!({gloo}) || !has(self.launcher)", "fieldPath": ".launcher", "message": GLOO_NO_LAUNCHER},
+        {"rule": f"!({gloo}) || !has(self.elastic)", "fieldPath": ".elastic", "message": GLOO_NOT_ELASTIC},
+        {"rule": f"!({gloo}) || ({command})", "fieldPath": ".worker.template.spec.containers",
+         "message": "spec.mpi.worker.template.spec.containers[0].command: " + GLOO_NEEDS_COMMAND},
+    ]
 
 
 def elastic_schema() -> Schema:

@@ -10,6 +10,7 @@ REPLICA_RESTART_POLICY = "Never"
 TF_PORT = 2222
 TF_SUCCESS_POLICY = "ChiefOrWorker0"
 MPI_IMPLEMENTATION = "OpenMPI"
+MPI_BOOTSTRAP = "SSH"
 MPI_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
 MPI_LAUNCHER_START = "WhenWorkersReady"
 # Elastic MPI (spec.mpi.elastic): how long a worker scaled away stays after it leaves discovery. The

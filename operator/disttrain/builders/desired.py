@@ -3,7 +3,8 @@
 
 A pod is built in three layers: the common pod (`pods`), the framework's env and volumes
 (`tensorflow` or `mpi`), then scheduling's fields (`scheduling`). The supporting objects are
-the headless Service, the framework's own (MPI's hostfile ConfigMap and SSH Secret), the opt-in
+the headless Service, the framework's own (MPI's hostfile ConfigMap and SSH Secret, or Gloo's
+bootstrap ConfigMap), the opt-in
 NetworkPolicy and
 scheduling's (a gang's PodGroup, and Workload), all made before the first pod. `provider` is the gang
 provider the job's status records (None: no gang, or none chosen yet).
@@ -17,7 +18,7 @@ from typing import Any
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.progress import reporter_role
 from disttrain.api.spec import GangProvider, JobSpec
-from disttrain.builders import checkpoint, mpi, network, pods, progress, scheduling, tensorflow
+from disttrain.builders import checkpoint, gloo, mpi, network, pods, progress, scheduling, tensorflow
 
 
 def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | None = None,
@@ -28,6 +29,9 @@ def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | No
     if spec.tensorflow is not None:
         env |= tensorflow.pod_env(ref, spec.tensorflow, key)
         pod = pods.base_pod(ref, spec, key, env)
+    elif spec.mpi is not None and spec.mpi.gloo:
+        env |= gloo.pod_env(ref, spec.mpi, key)
+        pod = gloo.pod_additions(ref, key, pods.base_pod(ref, spec, key, env))
     else:
         assert spec.mpi is not None
         env |= mpi.pod_env(spec.mpi, key)
@@ -48,6 +52,8 @@ def supporting_objects(
     """What the pods need before they start, in the order they are created."""
     if spec.tensorflow is not None:
         objects = [pods.headless_service(ref, tensorflow.service_port(spec.tensorflow))]
+    elif spec.mpi is not None and spec.mpi.gloo:
+        objects = [pods.headless_service(ref, gloo.service_port()), gloo.desired_config_map(ref)]
     else:
         assert spec.mpi is not None
         if ssh_keys is None:
@@ -56,3 +62,11 @@ def supporting_objects(
                    *mpi.supporting_objects(ref, spec.mpi, ssh_keys, running_workers, ssh_secret)]
     endpoint = report_to.pods if report_to else None
     return objects + network.policies(ref, spec, endpoint) + scheduling.objects(ref, spec, provider, gang_api)
+
+
+def config_map(ref: JobRef, spec: JobSpec, running_workers: Sequence[int]) -> dict[str, Any] | None:
+    """An MPI job's ConfigMap as it should be now (the operator keeps it current): SSH's hostfile
+    and discover_hosts.sh, or Gloo's bootstrap; None for a TensorFlow job."""
+    if spec.mpi is None:
+        return None
+    return gloo.desired_config_map(ref) if spec.mpi.gloo else mpi.desired_config_map(ref, spec.mpi, running_workers)

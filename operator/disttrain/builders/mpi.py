@@ -149,7 +149,7 @@ def pod_env(mpi: MPISpec, key: PodKey) -> dict[str, str]:
     if key.replica_type != ReplicaType.LAUNCHER:
         return {}
     env = launcher_env(mpi)
-    if not template_gpus(mpi.launcher.template):
+    if mpi.launcher is not None and not template_gpus(mpi.launcher.template):
         # With the NVIDIA runtime as default, a container that asks for no GPU still sees them
         # all unless told otherwise: the launcher only runs mpirun.
         env["NVIDIA_VISIBLE_DEVICES"] = ""

@@ -7,12 +7,13 @@ from typing import Any
 
 import yaml
 
-from disttrain.api.constants import KIND
+from disttrain.api.constants import KIND, REPLICA_INDEX_LABEL
 from disttrain.api.objects import JobRef
-from disttrain.api.spec import GangProvider, JobSpec, parse_spec
-from disttrain.builders import gang
+from disttrain.api.parse import parse_spec
+from disttrain.api.spec import GangProvider, JobSpec
+from disttrain.builders import gang, gloo
 from disttrain.builders.desired import job_pod, supporting_objects
-from disttrain.builders.mpi import SSHKeys
+from disttrain.builders.mpi import SSHKeys, slots_per_worker
 from disttrain.builders.pods import desired_pod_keys
 
 # `render` shows where the key goes, never a real key: the operator makes one per job.
@@ -54,8 +55,27 @@ def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _ManifestDumper.add_representer(str, _string)
 
 
+def rank_comment(spec: JobSpec, obj: dict[str, Any]) -> str:
+    """For a Gloo worker pod, the processes its bootstrap starts and what each adds to the pod's
+    environment (as YAML comments: the output stays what the operator creates)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if spec.mpi is None or not spec.mpi.gloo or obj.get("kind") != "Pod" or REPLICA_INDEX_LABEL not in labels:
+        return ""
+    worker = int(labels[REPLICA_INDEX_LABEL])
+    lines = [f"# {obj['metadata']['name']} runs {slots_per_worker(spec.mpi)} process(es) of its command, each with "
+             "the pod's env and:"]
+    for local_rank in range(slots_per_worker(spec.mpi)):
+        env = " ".join(f"{k}={v}" for k, v in gloo.rank_env(spec.mpi, worker, local_rank).items())
+        lines.append(f"#   {env}")
+    lines.append("#   HOROVOD_GLOO_RENDEZVOUS_ADDR=<worker 0's IP>, HOROVOD_GLOO_IFACE and NCCL_SOCKET_IFNAME=<the "
+                 "interface of the pod's IP>")
+    return "\n".join(lines) + "\n"
+
+
 def render(text: str) -> str:
     # Other documents of the file (a PVC beside the job, say) are the user's own: not shown.
     docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == KIND]
-    objects = [obj for doc in docs for obj in render_objects(doc)]
-    return yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False)
+    parts = [rank_comment(parse_spec(doc.get("spec") or {}), obj)
+             + yaml.dump(obj, Dumper=_ManifestDumper, sort_keys=False)
+             for doc in docs for obj in render_objects(doc)]
+    return "---\n".join(parts)

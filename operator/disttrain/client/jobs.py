@@ -21,6 +21,7 @@ from disttrain.api.spec import (
     Egress,
     GangProvider,
     LauncherStart,
+    MPIBootstrap,
     MPIImplementation,
     RestartPolicy,
     RestartScope,
@@ -122,8 +123,11 @@ class Elastic(_Object):
 
 @dataclass
 class MPI(_Object):
-    launcher: Replica
+    """`launcher`: a Replica with bootstrap SSH (the default), None with Gloo."""
+
+    launcher: Replica | None
     worker: Replica
+    bootstrap: MPIBootstrap | None = None
     implementation: MPIImplementation | None = None
     slots_per_worker: int | None = None
     ssh_auth_mount_path: str | None = None

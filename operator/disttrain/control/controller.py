@@ -17,8 +17,8 @@ from typing import Any
 
 from disttrain.api.objects import JobRef
 from disttrain.api.observed import ObservedPod
+from disttrain.api.parse import SpecError, parse_spec
 from disttrain.api.progress import Role, reporter_role
-from disttrain.api.spec import SpecError, parse_spec
 from disttrain.api.status import Phase, enter_phase, timestamp
 from disttrain.apiserver.kube import Conflict, NamespaceTerminating
 from disttrain.apiserver.kube_api import KubeAPI
@@ -129,7 +129,7 @@ class Controller:
                        status=dict(body.get("status") or {}), progress=self.progress.state(key, ref.uid),
                        report_to=self.report_to)
         keys = None
-        if spec.mpi is not None and not dispatch_steps.managed_elsewhere(spec):
+        if spec.mpi is not None and not spec.mpi.gloo and not dispatch_steps.managed_elsewhere(spec):
             # Kept while the job lives: its Secret is made once, but a plan that creates pods
             # always carries the supporting objects (created only if we haven't yet).
             if ref.uid not in self.ssh_keys:

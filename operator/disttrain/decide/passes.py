@@ -119,8 +119,9 @@ class Pass:
     def ssh_secret(self) -> str | None:
         """An MPI job's SSH Secret, kept in status.sshSecret: mpi.secret_name (named for the job's
         uid) for a job this operator started; `<job>-ssh` for one an earlier operator did (its
-        status has a phase and no sshSecret), since its running pods mount that one."""
-        if self.spec.mpi is None:
+        status has a phase and no sshSecret), since its running pods mount that one. None: a
+        TensorFlow job, or MPI with bootstrap Gloo."""
+        if self.spec.mpi is None or self.spec.mpi.gloo:
             return None
         said = self.job.status.get("sshSecret")
         if said:

@@ -25,7 +25,7 @@ from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import GangProvider, ReplicaType, RestartScope
 from disttrain.api.status import FINISHED, Phase, set_condition, timestamp
 from disttrain.builders import gang, mpi
-from disttrain.builders.desired import job_pod, supporting_objects
+from disttrain.builders.desired import config_map, job_pod, supporting_objects
 from disttrain.decide import checkpoint_steps, dispatch_steps, elastic_steps, final_steps, queue_steps
 from disttrain.decide.passes import JobState, Pass
 from disttrain.decide.plan import Event, Plan
@@ -218,8 +218,8 @@ def start(p: Pass) -> bool:
     """Create what is missing, then say where the job stands."""
     elastic_steps.scale_down(p)
     create_missing(p)
-    if p.spec.mpi is not None:
-        p.plan.keep_current.append(mpi.desired_config_map(p.job.ref, p.spec.mpi, running_workers(p)))
+    if (current := config_map(p.job.ref, p.spec, running_workers(p))) is not None:
+        p.plan.keep_current.append(current)
         if elastic.settings(p.spec) is not None:  # horovodrun reads discover_hosts.sh every second
             p.plan.remount = [pod for pod in p.live if pod.replica_type == ReplicaType.LAUNCHER]
     present = {pod.name for pod in p.own}

@@ -22,8 +22,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from disttrain.api.parse import SpecError, parse_spec
 from disttrain.api.progress import MAX_METRICS, Report
-from disttrain.api.spec import SpecError, parse_spec
 from disttrain.api.status import Phase, parse_timestamp
 
 LABELS = ("job_namespace", "job_name")

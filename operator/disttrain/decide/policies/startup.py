@@ -20,7 +20,8 @@ from disttrain.api.spec import JobSpec, LauncherStart, ReplicaType
 
 
 def launcher_waits(spec: JobSpec) -> bool:
-    return spec.mpi is not None and spec.mpi.launcher_start is LauncherStart.WHEN_WORKERS_READY
+    return (spec.mpi is not None and spec.mpi.launcher is not None
+            and spec.mpi.launcher_start is LauncherStart.WHEN_WORKERS_READY)
 
 
 def may_start(spec: JobSpec, key: PodKey, live: Sequence[ObservedPod], workers: int | None = None) -> bool:
