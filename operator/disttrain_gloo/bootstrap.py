@@ -23,6 +23,7 @@ Standard library only, Python 3.8+: it runs in the user's image.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import http.server
 import os
@@ -41,16 +42,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 ARRIVAL_SCOPE = "disttrain_arrival"
-# What one request may hold. A Gloo context's rendezvous value is its rank's addresses for every
-# peer, tens of bytes per rank: 4 MiB is a world of some 100000 ranks.
+# What one request may hold. A Gloo context's rendezvous value is its rank's address for every
+# peer, 136 bytes each: 4 MiB is a world of some 30000 ranks.
 MAX_VALUE_BYTES = 4 << 20
-# A request not sent in this long is dropped (a client that opens and waits holds a thread).
+# A connection is closed this long after it opened, whatever it has sent (a client that trickles
+# its request holds a thread and a connection slot until then).
 REQUEST_SECONDS = 10.0
 # A process still running this long after its peers' end is killed.
 STOP_SECONDS = 10.0
 POLL_SECONDS = 0.2
 SAY_EVERY_SECONDS = 30.0
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_LENGTH = re.compile(r"[0-9]{1,18}")
 _SIOCGIFADDR = 0x8915
 
 
@@ -77,17 +80,22 @@ class World:
 
 
 class Store:
-    """The rendezvous's keys, bounded: a scope is cleared once every key put in it has been
-    DELETEd (each rank DELETEs its own after reading all the others', so none is still awaited),
-    which lets a process call hvd.init() again after hvd.shutdown()."""
+    """The rendezvous's keys, bounded. In each scope a Gloo rank puts two keys, `<rank>` (its
+    addresses) and `rank_<rank>` (its hostname), reads every other rank's, passes a barrier, then
+    DELETEs `<rank>` (Gloo's connectFullMesh, Horovod's HTTPStore::Finalize). A DELETE finishes
+    both of the rank's keys, and a scope is cleared once every rank in it has finished: none still
+    awaits a key, and a process may call hvd.init() again after hvd.shutdown() (horovodrun's
+    server clears a scope after as many DELETEs as it has ranks)."""
 
     def __init__(self, size: int) -> None:
         self.lock = threading.Lock()
         self.scopes: dict[str, dict[str, bytes]] = {}
         self.finished: dict[str, set[str]] = {}
-        # Three contexts (global, local, cross) of one key per rank, and the arrivals: what a
-        # world of `size` ranks stores, with room to spare; the values' total grows with size².
-        self.max_keys = 4 * size + 64
+        # One hvd.init() fills the global, local and cross scopes and the same three again for
+        # process set 0, two keys per rank in each (12 per rank, measured with Horovod 0.28.1),
+        # and the arrivals one per worker: room for that and a re-init. A value is a rank's
+        # address for each peer, 136 bytes per peer: the total grows with size².
+        self.max_keys = 32 * size + 64
         self.max_bytes = (16 << 20) + 1024 * size * size
         self.keys = self.bytes = 0
 
@@ -111,11 +119,11 @@ class Store:
     def finish(self, scope: str, key: str) -> None:
         with self.lock:
             keys = self.scopes.get(scope)
-            if keys is None:
-                return
+            if keys is None or key not in keys or not key.isdigit():
+                return  # only a rank that has put its key finishes: a DELETE of anything else stores nothing
             done = self.finished.setdefault(scope, set())
             done.add(key)
-            if done.issuperset(keys):
+            if done.issuperset(k for k in keys if k.isdigit()):
                 self.keys -= len(keys)
                 self.bytes -= sum(len(v) for v in keys.values())
                 del self.scopes[scope], self.finished[scope]
@@ -149,9 +157,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if target is None:
             return
         length = self.headers.get("Content-Length", "")
-        if not length.isdigit() or int(length) > MAX_VALUE_BYTES:
+        if not _LENGTH.fullmatch(length) or int(length) > MAX_VALUE_BYTES:
             self.close_connection = True
-            self._answer(411 if not length.isdigit() else 413)
+            self._answer(411 if not _LENGTH.fullmatch(length) else 413)
             return
         value = self.rfile.read(int(length))
         if len(value) != int(length):
@@ -200,10 +208,19 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        deadline = threading.Timer(REQUEST_SECONDS, _hang_up, (request,))
+        deadline.start()
         try:
             super().process_request_thread(request, client_address)
         finally:
+            deadline.cancel()
             self.slots.release()
+
+
+def _hang_up(request: socket.socket) -> None:
+    """A connection past its time: its reads end, its handler returns, its slot is free."""
+    with contextlib.suppress(OSError):
+        request.shutdown(socket.SHUT_RDWR)
 
 
 def serve(world: World) -> Server:
@@ -224,17 +241,17 @@ def until(what: Callable[[], str], attempt: Callable[[], Any]) -> Any:
     return result
 
 
-def resolve(host: str, port: int) -> str:
-    def attempt() -> str | None:
-        try:
-            return str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
-        except OSError:
-            return None
-    return str(until(lambda: f"{host} to resolve", attempt))
+def resolve_once(host: str, port: int) -> str | None:
+    """An IPv4 address of `host`: Horovod's rendezvous client speaks IPv4 alone (its URL is
+    "http://" + address + ":" + port, split at the first colon)."""
+    try:
+        return str(socket.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)[0][4][0])
+    except OSError:
+        return None
 
 
 def interface_of(ip: str) -> str | None:
-    """The network interface holding `ip` (IPv4), or None: Gloo then finds its own by hostname."""
+    """The network interface holding `ip`, or None: Gloo then finds its own by hostname."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         for _, name in socket.if_nameindex():
             try:
@@ -247,16 +264,20 @@ def interface_of(ip: str) -> str | None:
 
 
 def local_ip_towards(ip: str, port: int) -> str:
-    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((ip, port))  # no packet is sent: it picks the route
         return str(probe.getsockname()[0])
+
+
+# Straight to worker 0, as Horovod's own client goes: never through an http_proxy of the image's
+# environment (whose no_proxy can't name the pod network as a CIDR for urllib).
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def call(method: str, url: str, body: bytes | None = None) -> int:
     """The HTTP status, or 0 when the server can't be reached."""
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=body, method=method), timeout=5) as reply:
+        with _DIRECT.open(urllib.request.Request(url, data=body, method=method), timeout=5) as reply:
             return int(reply.status)
     except urllib.error.HTTPError as error:
         return int(error.code)
@@ -264,50 +285,83 @@ def call(method: str, url: str, body: bytes | None = None) -> int:
         return 0
 
 
-def arrive(world: World, base: str) -> None:
-    """Say this worker is here, then wait until every worker has."""
-    until(lambda: "the rendezvous on worker 0 to answer",
-          lambda: True if call("PUT", f"{base}/{ARRIVAL_SCOPE}/{world.cross_rank}", b"1") == 200 else None)
+def arrive(world: World) -> str:
+    """Say this worker is here, then wait until every worker has; worker 0's IPv4 address. The
+    name is resolved again after each failed try: a restarted worker 0 has a new address."""
+    def here() -> str | None:
+        ip = resolve_once(world.address, world.port)
+        if ip is None or call("PUT", f"http://{ip}:{world.port}/{ARRIVAL_SCOPE}/{world.cross_rank}", b"1") != 200:
+            return None
+        return ip
+    ip = str(until(lambda: f"{world.address} to resolve and its rendezvous to answer", here))
     missing = set(range(world.cross_size))
 
     def everyone() -> bool | None:
-        missing.difference_update({i for i in missing if call("GET", f"{base}/{ARRIVAL_SCOPE}/{i}") == 200})
+        missing.difference_update({i for i in missing
+                                   if call("GET", f"http://{ip}:{world.port}/{ARRIVAL_SCOPE}/{i}") == 200})
         return True if not missing else None
     until(lambda: f"the other workers to start (missing: worker {', '.join(map(str, sorted(missing)))})", everyone)
+    return ip
 
 
-def exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
+def exit_code(status: int) -> int:
+    """A wait status as a shell reports it: the exit code, or 128+N for a signal N."""
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-def supervise(processes: Sequence[subprocess.Popen[bytes]]) -> int:
-    """Wait for the ranks: the first to fail ends the others; 0 when all succeed."""
-    def forward(signum: int, _frame: Any) -> None:
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signum)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, forward)
-    while True:
-        codes = [process.poll() for process in processes]
-        failed = next((code for code in codes if code), None)
-        if failed is not None or all(code is not None for code in codes):
-            break
-        time.sleep(POLL_SECONDS)
-    if failed is None:
-        return 0
-    rank = codes.index(failed)
-    say(f"local rank {rank} exited with code {exit_code(failed)}: stopping the other ranks")
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    deadline = time.monotonic() + STOP_SECONDS
-    for process in processes:
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-    return exit_code(failed)
+class Ranks:
+    """The processes of this worker, and the signals it receives. Handlers are set before anything
+    else: the bootstrap is the container's PID 1, which the kernel gives no default action, so a
+    SIGTERM it had no handler for would be ignored and the pod killed only at its grace's end."""
+
+    def __init__(self) -> None:
+        self.processes: dict[int, int] = {}  # pid: local rank
+        self.started = False
+        self.signalled: int | None = None
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if not self.started:
+            raise SystemExit(128 + signum)  # nothing to stop but ourselves
+        self.signalled = signum
+        self._send(signum)
+
+    def _send(self, signum: int) -> None:
+        for pid in list(self.processes):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def start(self, command: Sequence[str], envs: Sequence[Mapping[str, str]]) -> None:
+        self.started = True
+        for local_rank, env in enumerate(envs):
+            self.processes[subprocess.Popen(command, env=env).pid] = local_rank
+        if self.signalled is not None:  # one came while they started: every rank hears it
+            self._send(self.signalled)
+
+    def wait(self) -> int:
+        """Until every rank has ended: the first to fail ends the others; 0 when all succeed.
+        Any child is reaped, orphans the container's PID 1 inherits included."""
+        failed: int | None = None
+        deadline: float | None = None
+        while self.processes:
+            pid, status = os.waitpid(-1, os.WNOHANG if deadline is not None else 0)
+            if pid == 0:  # stopping the others: none has ended yet
+                assert deadline is not None  # WNOHANG only then
+                if time.monotonic() >= deadline:
+                    self._send(signal.SIGKILL)
+                    deadline = None
+                else:
+                    time.sleep(POLL_SECONDS)
+                continue
+            local_rank = self.processes.pop(pid, None)
+            if local_rank is None or failed is not None or exit_code(status) == 0:
+                continue
+            failed = exit_code(status)
+            say(f"local rank {local_rank} exited with code {failed}: stopping the other ranks")
+            self._send(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_SECONDS
+        return failed or 0
 
 
 def rank_environment(world: World, local_rank: int, ip: str, interface: str | None) -> dict[str, str]:
@@ -323,18 +377,16 @@ def main(argv: Sequence[str]) -> int:
     if not command:
         say("usage: disttrain_gloo.py -- COMMAND [ARGS...]")
         return 2
+    ranks = Ranks()
     world = World(os.environ)
     server = serve(world) if world.cross_rank == 0 else None
-    ip = resolve(world.address, world.port)
-    bracket = f"[{ip}]" if ":" in ip else ip
-    arrive(world, f"http://{bracket}:{world.port}")
+    ip = arrive(world)
     interface = interface_of(local_ip_towards(ip, world.port))
     say(f"all {world.cross_size} workers here; starting {world.local_size} rank(s) of {command[0]}"
         f" (rendezvous {ip}:{world.port}, interface {interface or 'by hostname'})")
-    processes = [subprocess.Popen(command, env=rank_environment(world, local_rank, ip, interface))
-                 for local_rank in range(world.local_size)]
     try:
-        return supervise(processes)
+        ranks.start(command, [rank_environment(world, r, ip, interface) for r in range(world.local_size)])
+        return ranks.wait()
     finally:
         if server is not None:
             server.shutdown()

@@ -60,7 +60,7 @@ def test_what_kubectl_scale_may_change(crd: Cluster, namespace: str) -> None:
     # The scale subresource points at spec.mpi.worker.replicas: kubectl's patch would make a TensorFlow job
     # half an MPI job, which the schema refuses (not in the words one would wish: docs/api.md says so).
     tf = crd.kubectl("scale", "dtj/tf", "--replicas=3", "-n", namespace, check=False)
-    assert tf.returncode != 0 and "spec.mpi.launcher: Required value" in tf.stderr, tf.stderr
+    assert tf.returncode != 0 and "spec.mpi.worker.template: Required value" in tf.stderr, tf.stderr
     assert crd.job(namespace, "tf")["spec"].get("mpi") is None
 
 

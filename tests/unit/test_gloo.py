@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -18,8 +19,15 @@ import yaml
 
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.observed import ObservedPod
-from disttrain.api.parse import GLOO_NEEDS_COMMAND, GLOO_NO_LAUNCHER, GLOO_NOT_ELASTIC, SpecError, parse_spec
-from disttrain.api.spec import JobSpec, MPISpec
+from disttrain.api.parse import (
+    GLOO_NEEDS_COMMAND,
+    GLOO_NO_LAUNCHER,
+    GLOO_NOT_ELASTIC,
+    GLOO_WHOLE_RESTARTS,
+    SpecError,
+    parse_spec,
+)
+from disttrain.api.spec import JobSpec, MPIBootstrap, MPIImplementation, MPISpec
 from disttrain.builders import gloo
 from disttrain.builders.desired import config_map, job_pod, supporting_objects
 from disttrain.builders.render import render, render_objects
@@ -76,7 +84,7 @@ def test_the_job_gets_a_service_with_the_rendezvous_port_and_the_bootstrap_but_n
     assert "Secret" not in kinds and kinds[:2] == ["Service", "ConfigMap"]
     assert objects[0]["spec"]["ports"] == [{"name": "gloo-rendezvous", "port": 29410, "targetPort": 29410}]
     assert objects[1]["data"] == {"disttrain_gloo.py": BOOTSTRAP.read_text()}
-    assert config_map(REF, spec, [0, 1]) == objects[1]
+    assert config_map(REF, spec, [0, 1]) is None, "a job keeps the bootstrap it was made with"
 
 
 def test_there_is_no_launcher_pod() -> None:
@@ -105,6 +113,7 @@ def test_each_rank_the_operator_shows_is_the_one_the_bootstrap_starts() -> None:
     (lambda m: m.update(elastic={"minReplicas": 1, "maxReplicas": 3}), "spec.mpi.elastic", GLOO_NOT_ELASTIC),
     (lambda m: m["worker"]["template"]["spec"]["containers"][0].pop("command"),
      "spec.mpi.worker.template.spec.containers[0].command", GLOO_NEEDS_COMMAND),
+    (lambda m: m["worker"].update(restartPolicy="OnFailure"), "spec.mpi.worker.restartPolicy", GLOO_WHOLE_RESTARTS),
 ])
 def test_what_gloo_cannot_run_is_refused_with_why(edit: Any, field: str, message: str) -> None:
     job = gloo_job()
@@ -143,14 +152,51 @@ def test_render_shows_each_ranks_environment_and_still_loads_back() -> None:
 
 # --- the bootstrap: its store, its server, and its processes -----------------------------------
 
-def test_a_scope_is_cleared_once_every_key_put_in_it_is_deleted() -> None:
+def test_a_scope_is_cleared_once_every_rank_in_it_has_finished() -> None:
     store = bootstrap.Store(size=2)
-    assert store.put("global", "0", b"a") and store.put("global", "1", b"bb")
+    for rank in ("0", "1"):  # Gloo's connectFullMesh: the rank's hostname and its addresses
+        assert store.put("global", f"rank_{rank}", b"host") and store.put("global", rank, b"a" * 136)
     store.finish("global", "0")
-    assert store.get("global", "1") == b"bb", "rank 1 may still be reading rank 0's"
+    assert store.get("global", "0") == b"a" * 136, "rank 1 may still be reading rank 0's"
     store.finish("global", "1")
-    assert store.get("global", "0") is None and store.keys == 0 and store.bytes == 0
+    assert store.get("global", "rank_0") is None and store.keys == 0 and store.bytes == 0
     store.finish("nowhere", "0")  # a DELETE of nothing is no error
+
+
+def one_init(store: bootstrap.Store, workers: int, slots: int) -> None:
+    """The keys one hvd.init() of Horovod 0.28.1 puts and deletes (recorded through the bootstrap
+    from real Horovod: global, local and cross scopes, and the same for process set 0), each
+    scope's ranks all putting before any deletes, as Gloo's barrier makes them."""
+    size = workers * slots
+    scopes = [("global", range(size))] + [(f"local_hvd-worker-{w}", range(slots)) for w in range(workers)] + [
+        (f"cross_{s}", range(workers)) for s in range(slots)]
+    for suffix in ("", "_process_set_hash_1"):
+        for scope, ranks in scopes:
+            for rank in ranks:
+                assert store.put(scope + suffix, f"rank_{rank}", b"h" * 40), (scope, rank, store.keys)
+                assert store.put(scope + suffix, str(rank), b"a" * 136 * (len(ranks) - 1)), (scope, rank)
+            for rank in ranks:
+                store.finish(scope + suffix, str(rank))
+
+
+@pytest.mark.parametrize(("workers", "slots"), [(8, 1), (2, 4), (1, 8), (64, 8)])
+def test_a_world_can_init_again_and_again_within_the_bounds(workers: int, slots: int) -> None:
+    store = bootstrap.Store(size=workers * slots)
+    for worker in range(workers):
+        store.put(bootstrap.ARRIVAL_SCOPE, str(worker), b"1")
+    for _ in range(3):
+        one_init(store, workers, slots)
+        assert set(store.scopes) == {bootstrap.ARRIVAL_SCOPE}, "every rendezvous scope cleared after it"
+
+
+def test_a_delete_of_what_was_never_put_stores_nothing() -> None:
+    store = bootstrap.Store(size=2)
+    store.put("global", "0", b"a")
+    for i in range(2000):
+        store.finish("global", f"x{i}")
+        store.finish("global", str(100 + i))
+        store.finish(f"s{i}", "0")
+    assert store.finished.get("global", set()) == set() and list(store.scopes) == ["global"]
 
 
 def test_the_store_refuses_more_keys_or_bytes_than_a_world_needs() -> None:
@@ -167,6 +213,7 @@ def test_the_store_refuses_more_keys_or_bytes_than_a_world_needs() -> None:
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[bootstrap.Server, int]]:
     monkeypatch.setattr(bootstrap.Handler, "timeout", 0.5)
+    monkeypatch.setattr(bootstrap, "REQUEST_SECONDS", 1.0)
     server = bootstrap.Server(0, bootstrap.Store(size=2), max_connections=4)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server, server.server_address[1]
@@ -198,6 +245,8 @@ def test_the_server_speaks_horovods_rendezvous_protocol(server: tuple[bootstrap.
     (b"PUT /global/0 HTTP/1.0\r\n\r\n", b"411"),
     (b"PUT /global/0 HTTP/1.0\r\nContent-Length: -1\r\n\r\n", b"411"),
     (b"PUT /global/0 HTTP/1.0\r\nContent-Length: 99999999999\r\n\r\n", b"413"),
+    ("PUT /global/0 HTTP/1.0\r\nContent-Length: \u00b2\r\n\r\n".encode(), b"411"),
+    (b"PUT /global/0 HTTP/1.0\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", b"411"),
     (b"\x00\xff\xfe garbage\r\n\r\n", b"400"),
 ])
 def test_malformed_or_huge_requests_get_an_error_not_memory(server: tuple[bootstrap.Server, int],
@@ -217,12 +266,43 @@ def test_a_flood_of_idle_connections_neither_holds_it_nor_stops_it(server: tuple
     finally:
         for s in idle:
             s.close()
-    # The held ones time out (0.5 s here), the rest were closed at once: it answers again.
+    # The held ones are hung up on (REQUEST_SECONDS, 1 s here), the rest were closed at once: it answers again.
     deadline = time.monotonic() + 5
     while bootstrap.call("PUT", f"http://127.0.0.1:{port}/global/0", b"a") != 200:
         assert time.monotonic() < deadline, "the server never came back"
         time.sleep(0.1)
     assert srv.store.get("global", "0") == b"a"
+
+
+def test_a_request_trickled_byte_by_byte_is_hung_up_on_at_its_deadline(server: tuple[bootstrap.Server, int]) -> None:
+    """Each read within the per-read timeout (0.5 s), the whole past REQUEST_SECONDS (1 s): the
+    connection is closed at the deadline, and four such can't hold the server's four slots."""
+    port = server[1]
+    trickles = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+    started = time.monotonic()
+    try:
+        closed = 0
+        for byte in b"PUT /global/0 HTTP/1.0\r\nX: " + b"a" * 40:
+            for s in trickles:
+                with contextlib.suppress(OSError):
+                    s.sendall(bytes([byte]))
+            time.sleep(0.2)
+            if time.monotonic() - started > 3:
+                break
+        closed = sum(1 for s in trickles if _closed(s))
+        assert closed == 4, "each hung up on"
+    finally:
+        for s in trickles:
+            s.close()
+    assert bootstrap.call("PUT", f"http://127.0.0.1:{port}/global/0", b"a") == 200
+
+
+def _closed(s: socket.socket) -> bool:
+    s.settimeout(1)
+    try:
+        return s.recv(1) == b""
+    except OSError:
+        return True
 
 
 def _free_port() -> int:
@@ -237,7 +317,9 @@ def _worker(index: int, workers: int, slots: int, port: int, command: list[str],
     env = {**os.environ, "HOROVOD_SIZE": str(workers * slots), "HOROVOD_LOCAL_SIZE": str(slots),
            "HOROVOD_CROSS_RANK": str(index), "HOROVOD_CROSS_SIZE": str(workers),
            "HOROVOD_GLOO_RENDEZVOUS_ADDR": "localhost", "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
-           "OUT": str(tmp / "ranks")}
+           "OUT": str(tmp / "ranks"),
+           # An image's proxy settings, whose no_proxy can't name a pod network: never used here.
+           "http_proxy": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "no_proxy": "10.0.0.0/8"}
     with open(tmp / f"bootstrap-{index}", "wb") as log:
         return subprocess.Popen([sys.executable, str(BOOTSTRAP), "--", *command], env=env, stderr=log)
 
@@ -275,6 +357,26 @@ def test_the_first_rank_to_fail_ends_the_others_and_gives_the_pod_its_code(tmp_p
     assert "local rank 1 exited with code 137" in (tmp_path / "bootstrap-0").read_text()
 
 
+def test_a_killed_rank_is_the_pods_code_even_when_its_peer_fails_just_after(tmp_path: Path) -> None:
+    """Rank 1 SIGKILLed (137: retryable), rank 0 exiting 1 50 ms later as its peer's loss makes it
+    (1: fatal under ExitCode): the pod says 137, what happened first."""
+    command = [sys.executable, "-c",
+               "import os, time\nif os.environ['HOROVOD_LOCAL_RANK'] == '1':\n"
+               "    time.sleep(1); os.kill(os.getpid(), 9)\ntime.sleep(1.05); raise SystemExit(1)"]
+    for _ in range(3):
+        assert _worker(0, 1, 2, _free_port(), command, tmp_path).wait(30) == 137
+
+
+def test_sigterm_before_the_ranks_start_ends_the_bootstrap_at_once(tmp_path: Path) -> None:
+    """Waiting for a worker that never comes: a SIGTERM (a delete, a suspend) ends it with 143,
+    not after the pod's grace period (as the container's PID 1 it would otherwise ignore it)."""
+    proc = _worker(0, 2, 1, _free_port(), [sys.executable, "-c", "pass"], tmp_path)
+    time.sleep(1.5)
+    sent = time.monotonic()
+    proc.terminate()
+    assert proc.wait(10) == 143 and time.monotonic() - sent < 2
+
+
 def test_sigterm_reaches_every_rank(tmp_path: Path) -> None:
     port = _free_port()
     command = [sys.executable, "-c",
@@ -291,6 +393,28 @@ def test_sigterm_reaches_every_rank(tmp_path: Path) -> None:
     proc.terminate()
     assert proc.wait(20) == 143
     assert {p.name for p in (tmp_path / "ranks").iterdir()} >= {"0", "1"}
+
+
+def test_the_ranks_share_the_containers_cpus() -> None:
+    job = gloo_job(workers=2, gpus=2)
+    container = job["spec"]["mpi"]["worker"]["template"]["spec"]["containers"][0]
+    container["resources"]["limits"]["cpu"] = "5"
+
+    def omp() -> str:
+        first = job_pod(REF, spec_of(job), PodKey("worker", 0))["spec"]["containers"][0]
+        return str(next(e["value"] for e in first["env"] if e["name"] == "OMP_NUM_THREADS"))
+    assert omp() == "2", "5 CPUs for 2 processes"
+    container["env"] = [{"name": "OMP_NUM_THREADS", "value": "7"}]
+    assert omp() == "7", "the template's own wins"
+
+
+def test_the_python_clients_mpi_keeps_its_positional_fields() -> None:
+    from disttrain.client.jobs import MPI, Replica
+
+    worker = Replica(replicas=2)
+    mpi = MPI(Replica(), worker, MPIImplementation.INTELMPI)
+    assert mpi.implementation is MPIImplementation.INTELMPI and mpi.bootstrap is None
+    assert MPI(None, worker, bootstrap=MPIBootstrap.GLOO).bootstrap is MPIBootstrap.GLOO
 
 
 def test_no_command_is_a_usage_error() -> None:

@@ -13,7 +13,13 @@ from typing import Any
 
 from disttrain.api import defaults, topology
 from disttrain.api.constants import MANAGED_BY_DISTTRAIN, MANAGED_BY_MULTIKUEUE
-from disttrain.api.parse import GLOO_NEEDS_COMMAND, GLOO_NO_LAUNCHER, GLOO_NOT_ELASTIC
+from disttrain.api.parse import (
+    GLOO_NEEDS_COMMAND,
+    GLOO_NO_LAUNCHER,
+    GLOO_NOT_ELASTIC,
+    GLOO_RESTART_POLICIES,
+    GLOO_WHOLE_RESTARTS,
+)
 from disttrain.api.spec import (
     LauncherStart,
     MPIBootstrap,
@@ -193,6 +199,8 @@ def gloo_rules() -> list[Schema]:
         {"rule": f"!({gloo}) || !has(self.elastic)", "fieldPath": ".elastic", "message": GLOO_NOT_ELASTIC},
         {"rule": f"!({gloo}) || ({command})", "fieldPath": ".worker.template.spec.containers",
          "message": "spec.mpi.worker.template.spec.containers[0].command: " + GLOO_NEEDS_COMMAND},
+        {"rule": f"!({gloo}) || self.worker.restartPolicy in {list(GLOO_RESTART_POLICIES)}",
+         "fieldPath": ".worker.restartPolicy", "message": "spec.mpi.worker.restartPolicy, " + GLOO_WHOLE_RESTARTS},
     ]
 
 

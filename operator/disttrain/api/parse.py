@@ -147,6 +147,9 @@ def _check_gloo(mpi_raw: Mapping[str, Any], launcher: ReplicaSpec | None) -> Non
         raise SpecError("spec.mpi.launcher", GLOO_NO_LAUNCHER)
     if mpi_raw.get("elastic") is not None:
         raise SpecError("spec.mpi.elastic", GLOO_NOT_ELASTIC)
+    policy = (mpi_raw.get("worker") or {}).get("restartPolicy", defaults.REPLICA_RESTART_POLICY)
+    if policy not in GLOO_RESTART_POLICIES:
+        raise SpecError("spec.mpi.worker.restartPolicy", GLOO_WHOLE_RESTARTS)
     containers = ((mpi_raw.get("worker") or {}).get("template") or {}).get("spec", {}).get("containers") or []
     if not containers or not containers[0].get("command"):
         raise SpecError("spec.mpi.worker.template.spec.containers[0].command", GLOO_NEEDS_COMMAND)
@@ -157,6 +160,9 @@ GLOO_NO_LAUNCHER = ("a job with bootstrap Gloo has no launcher: each worker runs
                     "(move the launcher's command to the worker's first container)")
 GLOO_NOT_ELASTIC = ("elastic needs bootstrap SSH: Horovod's elastic driver (horovodrun --host-discovery-script) "
                     "starts every rank itself, over SSH, so a worker pod can't join its world on its own")
+GLOO_RESTART_POLICIES = (RestartPolicy.NEVER.value, RestartPolicy.EXIT_CODE.value)
+GLOO_WHOLE_RESTARTS = ("with bootstrap Gloo, must be Never or ExitCode: a Gloo world can't take back a process "
+                       "the kubelet restarts in place, so the operator restarts the whole job instead")
 GLOO_NEEDS_COMMAND = ("a worker with bootstrap Gloo runs its own command: set it (the training command, "
                       "e.g. [python, train.py]), the operator starts one process of it per slot")
 

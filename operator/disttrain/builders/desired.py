@@ -31,7 +31,7 @@ def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | No
         pod = pods.base_pod(ref, spec, key, env)
     elif spec.mpi is not None and spec.mpi.gloo:
         env |= gloo.pod_env(ref, spec.mpi, key)
-        pod = gloo.pod_additions(ref, key, pods.base_pod(ref, spec, key, env))
+        pod = gloo.pod_additions(ref, spec.mpi, key, pods.base_pod(ref, spec, key, env))
     else:
         assert spec.mpi is not None
         env |= mpi.pod_env(spec.mpi, key)
@@ -65,8 +65,9 @@ def supporting_objects(
 
 
 def config_map(ref: JobRef, spec: JobSpec, running_workers: Sequence[int]) -> dict[str, Any] | None:
-    """An MPI job's ConfigMap as it should be now (the operator keeps it current): SSH's hostfile
-    and discover_hosts.sh, or Gloo's bootstrap; None for a TensorFlow job."""
-    if spec.mpi is None:
+    """An MPI job's ConfigMap as the operator keeps it current: SSH's hostfile and
+    discover_hosts.sh. None for a TensorFlow job, and for Gloo: a job keeps the bootstrap it was
+    made with, so every pod of its world runs the same one across an operator upgrade."""
+    if spec.mpi is None or spec.mpi.gloo:
         return None
-    return gloo.desired_config_map(ref) if spec.mpi.gloo else mpi.desired_config_map(ref, spec.mpi, running_workers)
+    return mpi.desired_config_map(ref, spec.mpi, running_workers)

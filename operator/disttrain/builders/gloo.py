@@ -21,11 +21,13 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+from disttrain.api.constants import OMP_NUM_THREADS_ENV
 from disttrain.api.objects import JobRef, PodKey, object_meta
 from disttrain.api.spec import MPISpec, ReplicaType
 from disttrain.builders.mpi import CONFIG_MOUNT, config_map_name, slots_per_worker
 from disttrain.builders.naming import job_labels, pod_fqdn, pod_name
 from disttrain.builders.pods import add_volumes
+from disttrain.builders.resources import cpu_limit_cores
 
 BOOTSTRAP = "disttrain_gloo.py"
 # The rendezvous port on worker 0 (an HTTP key-value store; the Service names it). Any free port
@@ -66,13 +68,21 @@ def rank_env(mpi: MPISpec, worker: int, local_rank: int) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1"}
 
 
-def pod_additions(job: JobRef, key: PodKey, pod: Mapping[str, Any]) -> dict[str, Any]:
-    """The bootstrap mounted, and run ahead of the first container's own command."""
+def pod_additions(job: JobRef, mpi: MPISpec, key: PodKey, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The bootstrap mounted, and run ahead of the first container's own command. Its processes
+    share the container's CPU limit: OMP_NUM_THREADS is the limit divided among them (unless the
+    template sets it), where with SSH each rank, started by sshd, got none of the container's env."""
     volume = {"name": "mpi-config", "configMap": {"name": config_map_name(job.name),
                                                   "items": [{"key": BOOTSTRAP, "path": BOOTSTRAP, "mode": 0o444}]}}
     out = add_volumes(pod, [volume], [{"name": "mpi-config", "mountPath": CONFIG_MOUNT, "readOnly": True}],
                       first_only=True)
     first = out["spec"]["containers"][0]
+    template_env = {e.get("name") for e in (mpi.worker.template.get("spec", {}).get("containers") or [{}])[0]
+                    .get("env") or []}
+    cores = cpu_limit_cores(first)
+    if cores is not None and OMP_NUM_THREADS_ENV not in template_env:
+        share = str(max(1, cores // slots_per_worker(mpi)))
+        first["env"] = [dict(e, value=share) if e.get("name") == OMP_NUM_THREADS_ENV else e for e in first["env"]]
     first["args"] = ["--", *first.get("command", []), *first.get("args", [])]
     first["command"] = [PYTHON, f"{CONFIG_MOUNT}/{BOOTSTRAP}"]
     return out

@@ -127,12 +127,12 @@ class MPI(_Object):
 
     launcher: Replica | None
     worker: Replica
-    bootstrap: MPIBootstrap | None = None
     implementation: MPIImplementation | None = None
     slots_per_worker: int | None = None
     ssh_auth_mount_path: str | None = None
     launcher_start: LauncherStart | None = None
     elastic: Elastic | None = None
+    bootstrap: MPIBootstrap | None = None  # last: the fields before it keep their positions
 
 
 @dataclass
