@@ -94,7 +94,7 @@ class Store:
         # One hvd.init() fills the global, local and cross scopes and the same three again for
         # process set 0, two keys per rank in each (12 per rank, measured with Horovod 0.28.1),
         # and the arrivals one per worker: room for that and a re-init. A value is a rank's
-        # address for each peer, 136 bytes per peer: the total grows with size².
+        # address for each peer, 136 bytes per peer: the total grows with size squared.
         self.max_keys = 32 * size + 64
         self.max_bytes = (16 << 20) + 1024 * size * size
         self.keys = self.bytes = 0

@@ -37,7 +37,9 @@ def test_render_prints_every_object(example: Path) -> None:
     pods = sum(r.get("replicas", 1) for k, r in spec.items() if isinstance(r, dict) and "template" in r)
     assert [o["kind"] for o in objects].count("Pod") == pods
     assert objects[0]["kind"] == "Service"
-    if "mpi" in job["spec"]:
+    if job["spec"].get("mpi", {}).get("bootstrap") == "Gloo":
+        assert "ConfigMap" in {o["kind"] for o in objects} and "Secret" not in {o["kind"] for o in objects}
+    elif "mpi" in job["spec"]:
         assert {"ConfigMap", "Secret"} <= {o["kind"] for o in objects}
         secret = next(o for o in objects if o["kind"] == "Secret")
         assert "PRIVATE KEY" not in yaml.safe_dump(secret), "render never prints a real key"
@@ -52,7 +54,9 @@ def test_render_output_passes_server_side_dry_run(crd: Cluster, namespace: str, 
         doc.setdefault("metadata", {})["namespace"] = namespace
     out = subprocess.run([sys.executable, "-m", "disttrain", "render", "-"], input=yaml.safe_dump_all(docs),
                          capture_output=True, text=True, check=True).stdout
-    if "mpi" in out:
+    if "bootstrap: Gloo" in out:
+        assert "disttrain_gloo.py: |" in out
+    elif "mpi" in out:
         assert "hostfile: |" in out
     result = crd.kubectl("apply", "--dry-run=server", "-f", "-", input=out)
     assert "(server dry run)" in result.stdout and "pod/" in result.stdout, result.stdout

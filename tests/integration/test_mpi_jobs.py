@@ -56,16 +56,20 @@ def test_mpi_job_hostfile_gating_success(cluster: Cluster, namespace: str) -> No
     wait_for(lambda: pod_names(cluster, namespace, "hvd") == ["hvd-launcher"], 30, "workers deleted")
 
 
+def wait_recreated(cluster: Cluster, namespace: str, job: str, before: dict[str, str]) -> None:
+    """Until every pod in `before` (name: uid) runs again as a new pod: a whole-job restart."""
+    def restarted() -> bool:
+        pods = {p.metadata.name: p.metadata.uid for p in wait_pods_running(cluster, namespace, job, len(before))}
+        return all(pods[n] != before[n] for n in before)
+    wait_for(restarted, 40, f"every pod of {job} recreated")
+
+
 def test_worker_exit_137_restarts_the_mpi_job(cluster: Cluster, namespace: str) -> None:
     cluster.apply(mpi_job("hvdr", workers=2, gpus=1), namespace)
     before = {p.metadata.name: p.metadata.uid for p in wait_pods_running(cluster, namespace, "hvdr", 3)}
     cluster.wait_phase(namespace, "hvdr", "Running")
     cluster.finish_pod(namespace, "hvdr-worker-1", 137)
-
-    def restarted() -> bool:
-        pods = {p.metadata.name: p.metadata.uid for p in wait_pods_running(cluster, namespace, "hvdr", 3)}
-        return all(pods[n] != before[n] for n in before)
-    wait_for(restarted, 40, "every pod of the job recreated")
+    wait_recreated(cluster, namespace, "hvdr", before)
     status = cluster.wait_phase(namespace, "hvdr", "Running")
     assert status["restarts"] == 1
     cluster.finish_pod(namespace, "hvdr-launcher", 0)
@@ -118,11 +122,7 @@ def test_a_gloo_job_has_no_launcher_no_secret_and_succeeds_when_every_worker_doe
     cluster.wait_phase(namespace, "gl", "Running")
 
     cluster.finish_pod(namespace, "gl-worker-1", 137)
-
-    def restarted() -> bool:
-        pods = {p.metadata.name: p.metadata.uid for p in wait_pods_running(cluster, namespace, "gl", 3)}
-        return all(pods[n] != before[n] for n in before)
-    wait_for(restarted, 40, "every worker recreated")
+    wait_recreated(cluster, namespace, "gl", before)
     cluster.wait_phase(namespace, "gl", "Running")
     cluster.finish_pod(namespace, "gl-worker-0", 0)
     cluster.finish_pod(namespace, "gl-worker-1", 0)

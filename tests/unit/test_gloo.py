@@ -419,3 +419,8 @@ def test_the_python_clients_mpi_keeps_its_positional_fields() -> None:
 
 def test_no_command_is_a_usage_error() -> None:
     assert bootstrap.main(["--"]) == 2
+
+
+def test_the_bootstrap_is_ascii_so_render_shows_it_as_a_block() -> None:
+    """PyYAML quotes a string with a non-ASCII character on one line (`disttrain render`'s ConfigMap)."""
+    assert BOOTSTRAP.read_text().isascii()
