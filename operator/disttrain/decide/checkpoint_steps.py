@@ -123,8 +123,8 @@ def _waiting(p: Pass, pending: dict[str, str]) -> bool:
         p.plan.status.pop("checkpoint", None)
         p.plan.events.append(Event("Warning", Reason.CHECKPOINT_TIMED_OUT,
                                      f"no checkpoint confirmed for request {pending.get('request')} within "
-                                     f"{(deadline - asked).total_seconds():.0f}s (runPolicy.checkpointGraceSeconds):"
-                                     f" the pods are stopped without it"))
+                                     f"{p.spec.run_policy.checkpoint_grace_seconds}s "
+                                     f"(runPolicy.checkpointGraceSeconds): the pods are stopped without it"))
         return False
     p.plan.requeue_within((deadline - p.now).total_seconds())
     return True
