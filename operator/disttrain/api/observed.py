@@ -78,13 +78,12 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
             reason = reason or terminated.get("reason")
             init_container = cs.get("name") if is_init else None
             break
-    index = int(labels.get(REPLICA_INDEX_LABEL, "0")) if labels.get(REPLICA_INDEX_LABEL, "0").isdigit() else -1
     return ObservedPod(
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
         owner_uid=sys.intern(controller_uid(meta)),
         replica_type=sys.intern(labels.get(REPLICA_TYPE_LABEL, "")),
-        index=index,
+        index=replica_index(labels),
         phase=sys.intern(status.get("phase") or "Pending"),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
         terminating=meta.get("deletionTimestamp") is not None,
@@ -105,6 +104,14 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
 # Container waiting reasons that hold a pod back until someone acts (the kubelet retries them).
 STUCK_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName",
                            "CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError"})
+
+
+def replica_index(labels: Mapping[str, str]) -> int:
+    """The pod's replica index from its label; -1 for a value that is not a number (edited by hand)."""
+    try:
+        return int(labels.get(REPLICA_INDEX_LABEL, "0"))
+    except ValueError:
+        return -1
 
 
 def stuck_container(status: Mapping[str, Any]) -> str | None:

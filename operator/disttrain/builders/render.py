@@ -75,7 +75,9 @@ def rank_comment(spec: JobSpec, obj: dict[str, Any]) -> str:
 def render(text: str) -> str:
     # Other documents of the file (a PVC beside the job, say) are the user's own: not shown.
     docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == KIND]
-    parts = [rank_comment(parse_spec(doc.get("spec") or {}), obj)
-             + yaml.dump(obj, Dumper=_ManifestDumper, sort_keys=False)
-             for doc in docs for obj in render_objects(doc)]
+    parts: list[str] = []
+    for doc in docs:
+        spec = parse_spec(doc.get("spec") or {})
+        parts.extend(rank_comment(spec, obj) + yaml.dump(obj, Dumper=_ManifestDumper, sort_keys=False)
+                     for obj in render_objects(doc))
     return "---\n".join(parts)

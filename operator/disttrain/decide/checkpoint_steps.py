@@ -112,8 +112,9 @@ def _waiting(p: Pass, pending: dict[str, str]) -> bool:
     deadline = parse_timestamp(pending.get("deadline")) or p.now
     # Asked again while it stands: the controller patches each pod once, so this only repeats a
     # patch that failed, or one a restarted operator can't know was made.
-    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: str(pending.get("request"))}) for pod in _hearing(p)]
-    if not _hearing(p):  # every pod that could save has ended: nothing to wait for
+    hearing = _hearing(p)
+    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: str(pending.get("request"))}) for pod in hearing]
+    if not hearing:  # every pod that could save has ended: nothing to wait for
         p.plan.status.pop("checkpoint", None)
         p.plan.events.append(Event("Warning", Reason.CHECKPOINT_TIMED_OUT,
                                      f"no checkpoint confirmed for request {pending.get('request')}, and no pod is "
