@@ -94,6 +94,10 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      "egress PeersAndDNS lets its pods report to them")
     run.add_argument("--progress-memory-mib", type=int, default=384,
                      help="the progress endpoint's process's memory bound (it runs apart from the controller)")
+    run.add_argument("--name-reuse-seconds", type=float, default=6.0,
+                     help="seconds a job's new pods wait, once the old pods of the same names are gone (a "
+                     "whole-job restart, a resume), for DNS answers naming the old addresses to expire: the "
+                     "cluster DNS's pod-record TTL (CoreDNS: 5) plus a second")
     run.add_argument("--verbose", "-v", action="store_true")
 
 
@@ -217,7 +221,8 @@ def _run(args: argparse.Namespace) -> int:
     from disttrain.runtime.preflight import wait_for_crd
 
     asyncio.run(wait_for_crd(logging.getLogger("disttrain"), login))
-    memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds, namespaces=list(args.namespace),
+    memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds,
+                     name_reuse_seconds=args.name_reuse_seconds, namespaces=list(args.namespace),
                      progress=_progress_settings(args), health=health)
     kopf.run(
         clusterwide=not args.namespace,

@@ -13,6 +13,7 @@ from the step saved, not from the epoch.
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from pathlib import Path
@@ -67,6 +68,24 @@ def resumed_at(cluster: Cluster, ns: str, follow: Follow, checkpoint: dict[str, 
     return resumed
 
 
+def made_once_dns_forgot(cluster: Cluster, ns: str, old: set[str]) -> None:
+    """A whole-job restart's new pods are made the chart's nameReuseSeconds (6) after the old ones
+    went (status.previousPods.goneAt), so no cached DNS answer hands a new worker an old peer's
+    address: the clean-clone run of 0376b65 failed here, the drained pod's address cached by CoreDNS
+    (`cache 5`) and the new pods made 1.8 s after the old ones went (decide/name_reuse_steps.py)."""
+    seen: dict[str, str] = {}
+
+    def new_pods() -> list[Any]:
+        gone_at = (cluster.job_status(ns, JOB).get("previousPods") or {}).get("goneAt")
+        seen.update({"goneAt": gone_at} if gone_at else {})
+        return [p for p in cluster.pods(ns, f"disttrain.dev/job-name={JOB}") if p.metadata.uid not in old]
+    made = min(p.metadata.creation_timestamp for p in wait_for(new_pods, 120, "the new pods", interval=0.2))
+    assert "goneAt" in seen, "the job never said when its old pods were gone"
+    after = (made - datetime.datetime.fromisoformat(seen["goneAt"])).total_seconds()
+    record_timing("e2e", "drain: the old pods gone -> the new pods made", after)
+    assert after >= 5, (seen, made)  # creationTimestamp is to the second: 6 s is 5 s and a fraction or more
+
+
 def suspend(cluster: Cluster, ns: str, on: bool) -> None:
     cluster.kubectl("patch", "dtj", JOB, "-n", ns, "--type=merge", "-p",
                     f'{{"spec":{{"runPolicy":{{"suspend":{str(on).lower()}}}}}}}')
@@ -94,6 +113,7 @@ def test_a_drained_pod_saves_on_its_sigterm_and_the_job_resumes_at_that_step(
                     input=json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
                                       "metadata": {"name": f"{JOB}-worker-1", "namespace": ns}}))
     checkpoint = saved(cluster, ns, asked, "drain", old)
+    made_once_dns_forgot(cluster, ns, old)
     status = cluster.job_status(ns, JOB)
     assert status["restarts"] == 1, status
     resumed = resumed_at(cluster, ns, follow, checkpoint, "drain")

@@ -11,6 +11,7 @@ import yaml
 
 from disttrain.api.constants import CATEGORY, GROUP, KIND, MAX_DNS_LABEL, PLURAL, SHORT_NAME, SINGULAR, VERSION
 from disttrain.api.crd_checkpoint import checkpoint_status_schema, last_checkpoint_schema
+from disttrain.api.crd_restarts import DELETED_PODS, PREVIOUS_PODS
 from disttrain.api.crd_run_policy import gang_size_rule, run_policy_schema
 from disttrain.api.crd_spec import (
     FlowMapping,
@@ -63,13 +64,6 @@ def _name_length_rules() -> list[Schema]:
     return rules
 
 
-DELETED_PODS: Schema = {
-    "type": "array", "items": {"type": "string"},
-    "description": "UIDs of the pods the operator's last decisions deleted: kept in the status that announces the "
-                   "deletes, so an operator restarted before it made them makes them without counting a failure twice.",
-}
-
-
 def status_schema() -> Schema:
     counts = {k: int_field(f"Pods of this type that are {k}.") for k in ("active", "ready", "succeeded", "failed")}
     return {
@@ -85,7 +79,7 @@ def status_schema() -> Schema:
                              "restarts by the kubelet."),
             "operatorRestarts": int_field("The part of restarts that does not come from the current pods' containers: "
                                      "operator restarts and the container restarts of pods it replaced."),
-            "deletedPods": DELETED_PODS,
+            "deletedPods": DELETED_PODS, "previousPods": PREVIOUS_PODS,
             "replicaStatuses": {
                 "type": "object",
                 "description": "Pod counts per replica type.",

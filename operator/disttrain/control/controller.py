@@ -62,8 +62,9 @@ class Controller:
     def __init__(self, kube: KubeAPI, workers: int = 16, create_concurrency: int = 80,
                  clock: Clock | None = None, resync_seconds: float = RESYNC_SECONDS,
                  report_to: ProgressEndpoint | None = None,
-                 progress_interval: float = REPORTED_PROGRESS_INTERVAL) -> None:
+                 progress_interval: float = REPORTED_PROGRESS_INTERVAL, name_reuse_seconds: float = 0.0) -> None:
         self.kube = kube
+        self.name_reuse_seconds = name_reuse_seconds  # decide/name_reuse_steps.py
         self.resync_seconds = resync_seconds
         self.clock: Clock = clock or SystemClock()
         self.queue: WorkQueue[JobKey] = WorkQueue(self.reconcile_key, workers=workers, on_failure=self._retrying)
@@ -127,7 +128,7 @@ class Controller:
         started = self.clock.monotonic()
         job = JobState(ref=ref, generation=int(meta.get("generation") or 0), spec=spec,
                        status=dict(body.get("status") or {}), progress=self.progress.state(key, ref.uid),
-                       report_to=self.report_to)
+                       report_to=self.report_to, name_reuse_seconds=self.name_reuse_seconds)
         keys = None
         if spec.mpi is not None and not spec.mpi.gloo and not dispatch_steps.managed_elsewhere(spec):
             # Kept while the job lives: its Secret is made once, but a plan that creates pods

@@ -27,6 +27,8 @@ from disttrain.decide.reasons import Reason
 
 # status.deletedPods: the UIDs of the pods the last decisions deleted (see `summarize`).
 DELETED_PODS = "deletedPods"
+# status.previousPods: old pods holding the names of pods still to be made (name_reuse_steps.py).
+PREVIOUS_PODS = "previousPods"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class JobState:
     progress: ProgressState | None = None
     # Where its reporting pods report (the operator's progress endpoint; None: not served).
     report_to: ProgressEndpoint | None = None
+    # Seconds a pod name waits, once its old pod is gone, before a new pod takes it (name_reuse_steps.py).
+    name_reuse_seconds: float = 0.0
 
 
 class Pass:
@@ -98,6 +102,7 @@ class Pass:
     def finish(self, to: Phase, reason: Reason, message: str) -> bool:
         self.move(to, reason, message, warning=to is Phase.FAILED)
         self.plan.status["completionTime"] = timestamp(self.now)
+        self.plan.status.pop(PREVIOUS_PODS, None)
         self.plan.delete = cleanup.pods_to_clean(self.spec.run_policy.clean_pod_policy, self.live)
         self.release_group()
         return True

@@ -14,7 +14,7 @@ from typing import Any
 from disttrain.api.constants import MANAGED_BY_MULTIKUEUE
 from disttrain.api.objects import PodKey
 from disttrain.api.status import Phase, set_condition, timestamp
-from disttrain.decide import checkpoint_steps, queueing
+from disttrain.decide import checkpoint_steps, name_reuse_steps, queueing
 from disttrain.decide.passes import Pass
 from disttrain.decide.plan import WorkloadOp
 from disttrain.decide.policies import elastic
@@ -186,6 +186,7 @@ def evicted(p: Pass, workload: ObservedWorkload) -> bool:
     if cond.get("reason") != "PodsReadyTimeout" and checkpoint_steps.hold_for_checkpoint(p, "Evicted", cause):
         return True  # the pods and the quota stay until the checkpoint or its deadline (a bound Kueue waits out)
     p.plan.delete = list(p.live)
+    name_reuse_steps.track(p, held=bool(p.own))
     p.release_group()
     hand_back(p, workload)
     if p.phase is not Phase.QUEUED:

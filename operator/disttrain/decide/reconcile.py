@@ -22,13 +22,21 @@ import datetime
 from collections.abc import Sequence
 
 from disttrain.api.observed import ObservedPod
-from disttrain.api.spec import GangProvider, ReplicaType, RestartScope
+from disttrain.api.spec import ReplicaType, RestartScope
 from disttrain.api.status import FINISHED, Phase, set_condition, timestamp
 from disttrain.builders import gang, mpi
 from disttrain.builders.desired import config_map, job_pod, supporting_objects
-from disttrain.decide import checkpoint_steps, dispatch_steps, elastic_steps, final_steps, queue_steps
+from disttrain.decide import (
+    checkpoint_steps,
+    dispatch_steps,
+    elastic_steps,
+    final_steps,
+    gang_steps,
+    name_reuse_steps,
+    queue_steps,
+)
 from disttrain.decide.passes import JobState, Pass
-from disttrain.decide.plan import Event, Plan
+from disttrain.decide.plan import Plan
 from disttrain.decide.policies import cleanup, deadline, elastic, failure, startup, success, waiting
 from disttrain.decide.reasons import Reason
 
@@ -49,7 +57,7 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
         suspend(p)
     else:
         resume_if_suspended(p)
-        (queue_steps.hold_in_queue(p) or choose_gang_provider(p) or fail_past_deadline(p) or succeed(p)
+        (queue_steps.hold_in_queue(p) or gang_steps.choose_provider(p) or fail_past_deadline(p) or succeed(p)
          or fail_fatally(p) or restart_failed(p) or restart_below_min(p) or fail_kubelet_backoff(p) or start(p))
     queue_steps.report(p)
     elastic_steps.report(p)
@@ -66,6 +74,7 @@ def suspend(p: Pass) -> None:
     if checkpoint_steps.hold_for_checkpoint(p, "Suspended", "runPolicy.suspend is true"):  # pods, quota stay
         return
     p.plan.delete = list(p.live)
+    name_reuse_steps.track(p, held=bool(p.own))
     p.release_group()
     queue_steps.pause(p, active=False)
     if p.phase is not Phase.SUSPENDED:
@@ -80,46 +89,6 @@ def resume_if_suspended(p: Pass) -> None:
     queue_steps.pause(p, active=True)
     if p.job.queue is None:  # a queued job starts when admitted
         p.plan.status.setdefault("startTime", timestamp(p.now))
-
-
-def choose_gang_provider(p: Pass) -> bool:
-    """A gang job's provider, chosen once (from what the cluster serves) and kept in its status."""
-    settings = p.spec.run_policy.scheduling.gang
-    if settings is None:
-        return False
-    if p.provider is not None:
-        keep_gang_api_current(p)
-        return False
-    provider = gang.choose(settings, gang.providers(p.job.gang_apis), p.spec.run_policy.scheduling.scheduler_name)
-    if provider is None:
-        return p.finish(Phase.FAILED, Reason.GANG_UNAVAILABLE, (
-            f"runPolicy.scheduling.gang.provider {settings.provider.value}: this cluster serves no "
-            f"{'gang-scheduling API' if settings.provider is GangProvider.AUTO else 'API of that provider'} "
-            f"({', '.join(f'{a} PodGroup' for p in gang.API for a in gang.apis(p))})"))
-    conflict = gang.scheduler_conflict(p.spec, provider)
-    if conflict is not None:
-        return p.finish(Phase.FAILED, Reason.INVALID_SPEC, conflict)
-    size = gang.min_available(p.spec, settings)
-    api = gang.api_version(provider, p.job.gang_apis)
-    p.plan.status["gang"] = {"provider": provider.value, "apiVersion": api, "podGroup": gang.group_name(p.job.ref.name),
-                             "minAvailable": size}
-    how = "chosen by Auto from the APIs this cluster serves" if settings.provider is GangProvider.AUTO else "asked for"
-    p.plan.events.append(Event("Normal", Reason.GANG_SCHEDULING, (
-        f"{size} pods are scheduled together by {provider.value} ({api} PodGroup "
-        f"{gang.group_name(p.job.ref.name)}; {how})")))
-    return False
-
-
-def keep_gang_api_current(p: Pass) -> None:
-    """status.gang.apiVersion follows what the cluster serves now (Pass.gang_api): a job chosen on
-    1.36 and resumed, restarted or taken over after an upgrade to 1.37 makes its group as v1beta1."""
-    chosen = p.plan.status.get("gang") or {}
-    now = p.gang_api
-    if now is None or chosen.get("apiVersion") in (None, now):
-        return
-    p.plan.status["gang"] = {**chosen, "apiVersion": now}
-    p.plan.events.append(Event("Normal", Reason.GANG_SCHEDULING, (
-        f"the cluster serves {now}, not {chosen['apiVersion']}: PodGroup {chosen.get('podGroup')} is made as {now}")))
 
 
 def fail_past_deadline(p: Pass) -> bool:
@@ -195,6 +164,7 @@ def carry_out(p: Pass, decision: failure.Restart, failed: Sequence[ObservedPod])
     # A disrupted pod, already going, is deleted again to name it in deletedPods: never judged twice.
     p.plan.delete = [*p.live, *(pod for pod in failed if pod.terminating)] if decision.whole_job else list(failed)
     if decision.whole_job:
+        name_reuse_steps.track(p, held=True)
         p.release_group()
         # `Created` belongs to the attempt: the next one has no pod yet.
         p.plan.status["conditions"] = set_condition(
@@ -251,12 +221,15 @@ def create_missing(p: Pass) -> None:
     """After a whole-job restart, nothing is created until every old pod is gone: a new worker
     must not meet an old peer still shutting down. The same while an earlier job of this name
     still holds one of the names (garbage collection is removing its pods): this job's pods start
-    together, afresh. A gang's group comes first; Volcano's must be in its queue before pods."""
-    if p.spec.run_policy.restart_scope is RestartScope.JOB and any(pod.terminating for pod in p.own) and (
-            elastic.settings(p.spec) is None or p.phase is not Phase.RUNNING):
-        # A running elastic job's worker going (scaled away, replaced) holds up nothing but its own name.
-        return
-    if waiting.blocked_names(list(p.wanted), p.own, p.foreign):
+    together, afresh. Then DNS must forget the old pods (name_reuse_steps.py). A gang's group
+    comes first; Volcano's must be in its queue before pods."""
+    # A running elastic job's worker going (scaled away, replaced) holds up nothing but its own name.
+    whole = p.spec.run_policy.restart_scope is RestartScope.JOB and (
+        elastic.settings(p.spec) is None or p.phase is not Phase.RUNNING)
+    held = (whole and any(pod.terminating for pod in p.own)) or bool(waiting.blocked_names(list(p.wanted), p.own,
+                                                                                          p.foreign))
+    name_reuse_steps.track(p, held)
+    if held or name_reuse_steps.settling(p, p.job.name_reuse_seconds):
         return
     present = {pod.name for pod in p.own}
     to_create = [key for name, key in p.wanted.items()

@@ -83,7 +83,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     report_to = ProgressEndpoint(progress.url, cert.ca.decode(), progress.pods) if progress and cert else None
     controller = Controller(kube, workers=int(memo.get("workers", 16)),
                             resync_seconds=float(memo.get("resync_seconds", RESYNC_SECONDS)), report_to=report_to,
-                            progress_interval=progress.status_seconds if progress else REPORTED_PROGRESS_INTERVAL)
+                            progress_interval=progress.status_seconds if progress else REPORTED_PROGRESS_INTERVAL,
+                            name_reuse_seconds=float(memo.get("name_reuse_seconds", 0.0)))
     pods = PodWatch(rest, memo.get("namespaces") or (), changed=controller.queue.add,
                     deleted=controller.tombstones.pod_deleted)
     controller.bind(pods=pods.view)
