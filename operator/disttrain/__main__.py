@@ -66,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args)
 
 
+def _reuse_seconds(value: str) -> float:
+    seconds = float(value)
+    if not 0 <= seconds <= 3600:  # nan and inf too: a wait must be a number of seconds, at most an hour
+        raise argparse.ArgumentTypeError(f"{value}: seconds from 0 to 3600")
+    return seconds
+
+
 def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--namespace", "-n", action="append", default=[],
                      help="watch only this namespace (repeatable); default: the whole cluster")
@@ -94,7 +101,7 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      "egress PeersAndDNS lets its pods report to them")
     run.add_argument("--progress-memory-mib", type=int, default=384,
                      help="the progress endpoint's process's memory bound (it runs apart from the controller)")
-    run.add_argument("--name-reuse-seconds", type=float, default=6.0,
+    run.add_argument("--name-reuse-seconds", type=_reuse_seconds, default=6.0,
                      help="seconds a job's new pods wait, once the old pods of the same names are gone (a "
                      "whole-job restart, a resume), for DNS answers naming the old addresses to expire: the "
                      "cluster DNS's pod-record TTL (CoreDNS: 5) plus a second")

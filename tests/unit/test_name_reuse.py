@@ -108,7 +108,8 @@ def test_no_reuse_time_makes_the_pods_in_the_pass_that_finds_the_old_ones_gone()
 
 def test_a_job_that_fails_while_it_waits_keeps_no_previous_pods() -> None:
     job = tf_job(worker=replica(2), run_policy={"activeDeadlineSeconds": 10})
-    status = {"phase": "Restarting", "startTime": "2026-11-26T11:00:00Z", "previousPods": {"goneAt": "x"}}
+    status = {"phase": "Restarting", "startTime": "2026-11-26T11:00:00Z",
+              "previousPods": {"goneAt": "2026-11-26T12:00:00.000000Z"}}
     plan = step([], status, job=job)
     assert plan.status["phase"] == "Failed" and "previousPods" not in plan.status
 
@@ -122,3 +123,88 @@ def test_a_pod_restarted_alone_waits_for_nothing() -> None:
     going = step([*others, pod(1, terminating=True)], {"phase": "Running"}, job=ps)
     assert "previousPods" not in going.status
     assert made(step(others, going.status, 1, job=ps)) == ["mnist-worker-1"]
+
+
+def test_a_suspend_while_an_earlier_jobs_pods_hold_the_names_waits_for_them() -> None:
+    """Suspended before the earlier job's pods went, and resumed once they had: the wait counts
+    from when they went, not from the suspend."""
+    earlier = [pod(0, terminating=True, owner="uid-0"), pod(1, terminating=True, owner="uid-0")]
+    blocked = step(earlier, {})
+    job = tf_job(worker=replica(2), run_policy={"suspend": True})
+    suspended = step(earlier, blocked.status, 1, job=job)
+    assert suspended.status["phase"] == "Suspended" and suspended.status["previousPods"] == {}
+    emptied = step([], suspended.status, 30, job=job)
+    assert emptied.status["previousPods"] == {"goneAt": "2026-11-26T12:00:30.250000Z"}
+    resumed = step([], emptied.status, 31)
+    assert not made(resumed) and resumed.requeue_after is not None and abs(resumed.requeue_after - 5) < 1e-6
+
+
+def test_a_pod_scoped_job_resumed_at_once_waits_for_all_its_old_pods_then_dns() -> None:
+    """restartScope Pod (ps) replaces one pod by itself, but a resume starts every pod afresh."""
+    ps = tf_job(chief=replica(1), ps=replica(1), worker=replica(2, "ExitCode"))
+    suspended = tf_job(chief=replica(1), ps=replica(1), worker=replica(2, "ExitCode"), run_policy={"suspend": True})
+    live = [dataclasses.replace(pod(0), name=f"mnist-{t}-0", uid=f"uid-1-{t}-0", replica_type=t)
+            for t in ("chief", "ps")] + [pod(0), pod(1)]
+    stopped = step(live, {"phase": "Running"}, job=suspended)
+    going = [dataclasses.replace(p, terminating=True) for p in live]
+    resumed = step(going, stopped.status, 1, job=ps)
+    assert resumed.status["phase"] == "Pending" and resumed.status["previousPods"] == {} and not made(resumed)
+    chief_left = step(going[:1], resumed.status, 5, job=ps)
+    assert not made(chief_left) and chief_left.status["previousPods"] == {}
+    gone = step([], chief_left.status, 7, job=ps)
+    assert not made(gone) and gone.status["previousPods"] == {"goneAt": "2026-11-26T12:00:07.250000Z"}
+    assert sorted(made(step([], gone.status, 13, job=ps))) == ["mnist-chief-0", "mnist-ps-0", "mnist-worker-0",
+                                                               "mnist-worker-1"]
+
+
+def test_a_gone_at_ahead_of_this_operators_clock_waits_no_longer_than_the_reuse_time() -> None:
+    status = {"phase": "Restarting", "previousPods": {"goneAt": "2026-11-26T13:00:00.000000Z"}}
+    plan = step([], status)
+    assert not made(plan) and plan.requeue_after == REUSE
+    assert plan.status["previousPods"] == {"goneAt": "2026-11-26T12:00:00.250000Z"}
+
+
+def test_a_left_over_wait_with_nothing_to_make_is_dropped() -> None:
+    """An operator rolled back copies previousPods forward; back again, a running job with all its
+    pods drops it rather than holding a later create."""
+    plan = step([pod(0), pod(1)], {"phase": "Running", "previousPods": {}})
+    assert "previousPods" not in plan.status and plan.requeue_after is None
+
+
+def test_passes_that_hold_or_wait_write_nothing_new() -> None:
+    restart = step([pod(0), pod(1, "Failed", exit_code=137)], {"phase": "Running"})
+    going = [pod(0, terminating=True), pod(1, terminating=True)]
+    first = step(going, restart.status, 1)
+    assert step(going[:1], first.status, 2).status == first.status
+    gone = step([], first.status, 3)
+    assert step([], gone.status, 4).status == gone.status
+
+
+def test_a_message_about_the_earlier_job_says_what_is_waited_for_once_its_pods_are_gone() -> None:
+    earlier = [pod(0, terminating=True, owner="uid-0")]
+    blocked = step(earlier, {})
+    freed = step([], blocked.status, 2)
+    assert freed.status["reason"] == "WaitingForPreviousJob"
+    assert freed.status["message"].startswith("the earlier job's pods are gone; this job's are made at 12:00:08 UTC")
+
+
+def test_a_kueue_eviction_readmitted_at_once_waits_for_dns() -> None:
+    from test_queueing import ADMITTED, REF, SPEC, workload
+    from test_queueing import pod as queued_pod
+
+    from disttrain.decide.queueing import QueueState
+
+    def queued(status: dict[str, Any], wl: Any, pods: list[ObservedPod], seconds: float) -> Plan:
+        state = JobState(REF, 1, SPEC, status, queue=QueueState("team-gpu", wl, {}), name_reuse_seconds=REUSE)
+        return reconcile(state, pods, NOW + datetime.timedelta(seconds=seconds))
+    evicted = workload(*ADMITTED, ("Evicted", True, "Preempted", "Preempted to accommodate a workload"))
+    running = [queued_pod("chief", 0), queued_pod("worker", 0), queued_pod("worker", 1)]
+    stopped = queued({"phase": "Running"}, evicted, running, 0)
+    assert stopped.status["phase"] == "Queued" and stopped.status["previousPods"] == {}
+    released = queued(stopped.status, evicted, [], 2)
+    assert [op.verb for op in released.workload if op.verb == "release"]
+    assert released.status["previousPods"] == {"goneAt": "2026-11-26T12:00:02.250000Z"}
+    readmitted = queued(released.status, workload(*ADMITTED), [], 3)
+    assert readmitted.status["phase"] == "Pending" and not made(readmitted)
+    assert made(queued(readmitted.status, workload(*ADMITTED), [], 8.25)) == [
+        "mnist-chief-0", "mnist-worker-0", "mnist-worker-1"]

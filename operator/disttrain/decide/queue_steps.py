@@ -23,7 +23,15 @@ from disttrain.decide.reasons import Reason
 
 
 def hold_in_queue(p: Pass) -> bool:
-    """True while the job must wait in its queue (the ladder stops there)."""
+    """True while the job must wait in its queue (the ladder stops there). Pods it stops, and an
+    earlier job's still holding its names, are waited out once it is admitted (name_reuse_steps)."""
+    held = _hold_in_queue(p)
+    if held:
+        name_reuse_steps.track(p, held=name_reuse_steps.names_taken(p))
+    return held
+
+
+def _hold_in_queue(p: Pass) -> bool:
     state = p.job.queue
     if state is None:
         return False
@@ -186,7 +194,6 @@ def evicted(p: Pass, workload: ObservedWorkload) -> bool:
     if cond.get("reason") != "PodsReadyTimeout" and checkpoint_steps.hold_for_checkpoint(p, "Evicted", cause):
         return True  # the pods and the quota stay until the checkpoint or its deadline (a bound Kueue waits out)
     p.plan.delete = list(p.live)
-    name_reuse_steps.track(p, held=bool(p.own))
     p.release_group()
     hand_back(p, workload)
     if p.phase is not Phase.QUEUED:

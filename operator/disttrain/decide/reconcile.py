@@ -74,7 +74,7 @@ def suspend(p: Pass) -> None:
     if checkpoint_steps.hold_for_checkpoint(p, "Suspended", "runPolicy.suspend is true"):  # pods, quota stay
         return
     p.plan.delete = list(p.live)
-    name_reuse_steps.track(p, held=bool(p.own))
+    name_reuse_steps.track(p, held=name_reuse_steps.names_taken(p))
     p.release_group()
     queue_steps.pause(p, active=False)
     if p.phase is not Phase.SUSPENDED:
@@ -226,15 +226,19 @@ def create_missing(p: Pass) -> None:
     # A running elastic job's worker going (scaled away, replaced) holds up nothing but its own name.
     whole = p.spec.run_policy.restart_scope is RestartScope.JOB and (
         elastic.settings(p.spec) is None or p.phase is not Phase.RUNNING)
-    held = (whole and any(pod.terminating for pod in p.own)) or bool(waiting.blocked_names(list(p.wanted), p.own,
-                                                                                          p.foreign))
+    # restartScope Pod too, when the whole job starts again (a resume): its pods all resolve afresh.
+    going = any(pod.terminating for pod in p.own) and (whole or name_reuse_steps.starting_whole(p))
+    held = going or bool(waiting.blocked_names(list(p.wanted), p.own, p.foreign))
     name_reuse_steps.track(p, held)
-    if held or name_reuse_steps.settling(p, p.job.name_reuse_seconds):
+    if held:
         return
     present = {pod.name for pod in p.own}
     to_create = [key for name, key in p.wanted.items()
                  if name not in present and startup.may_start(p.spec, key, p.live, p.wanted_workers)]
     if not to_create:
+        name_reuse_steps.forget(p)  # a wait nothing is left to make pods after (an operator rolled back and forth)
+        return
+    if name_reuse_steps.settling(p, p.job.name_reuse_seconds):
         return
     p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider,
                                             p.gang_api, p.ssh_secret, p.job.report_to))
