@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 import ssl
 import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import aiohttp
@@ -58,7 +60,19 @@ async def storm(port: int, seconds: float, sources: int) -> dict[int, int]:
         async with aiohttp.ClientSession(connector=connector) as session:
             await asyncio.gather(*(sender(session) for _ in range(8)))
     await asyncio.gather(*(one_source(n) for n in range(2, 2 + sources)))
+    await asyncio.sleep(0.25)  # a closed session's TLS transports finish closing on the loop (aiohttp's advice)
     return answers
+
+
+def storm_and_sweep(port: int, seconds: float, sources: int, answers: dict[int, int]) -> None:
+    """The storm, then what its loop left unclosed collected here, quietly: a TLS transport still
+    shutting down when asyncio.run closed the loop was collected in the next test and failed it
+    (PytestUnraisableExceptionWarning: unclosed transport 127.0.0.9 -> the endpoint, in
+    test_secrets_stay_secret, the clean-clone run of b01ea04)."""
+    answers.update(asyncio.run(storm(port, seconds, sources)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 def test_a_forged_token_storm_leaves_a_jobs_first_report_accepted(cluster: Cluster, operator: OperatorProcess,
@@ -70,7 +84,7 @@ def test_a_forged_token_storm_leaves_a_jobs_first_report_accepted(cluster: Clust
     volume = progress_volume(cluster, namespace, "first-worker-0", tmp_path)
     port = progress_port(operator)
     answers: dict[int, int] = {}
-    stormer = threading.Thread(target=lambda: answers.update(asyncio.run(storm(port, 15, sources=10))))
+    stormer = threading.Thread(target=storm_and_sweep, args=(port, 15, 10, answers))
     stormer.start()
     time.sleep(5)  # the storm at its height
     started = time.monotonic()
