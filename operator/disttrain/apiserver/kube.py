@@ -30,7 +30,9 @@ from disttrain.apiserver.rest import (
 # WorkloadPriorityClass are cluster-scoped.
 PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps", "Secret": "secrets",
            "Workload": "workloads", "PodGroup": "podgroups", "ResourceFlavor": "resourceflavors",
-           "WorkloadPriorityClass": "workloadpriorityclasses", "NetworkPolicy": "networkpolicies"}
+           "WorkloadPriorityClass": "workloadpriorityclasses", "NetworkPolicy": "networkpolicies",
+           "ResourceClaimTemplate": "resourceclaimtemplates", "ResourceClaim": "resourceclaims",
+           "DeviceClass": "deviceclasses"}
 JOBS = f"{GROUP}/{VERSION}"
 log = logging.getLogger(__name__)
 
@@ -155,6 +157,16 @@ class Kube:
                 return None
             raise
         return found
+
+    async def list_cluster(self, api_version: str, kind: str) -> list[dict[str, Any]]:
+        """Every object of a cluster-scoped kind (DeviceClasses: a handful); none if the API isn't served."""
+        try:
+            found: dict[str, Any] = await self.rest.request("GET", path(api_version, PLURALS[kind]))
+        except ApiError as err:
+            if err.status == 404:
+                return []
+            raise
+        return list(found.get("items") or [])
 
     async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
         """Only the object's metadata (a PartialObjectMetadata read; None if absent): whose it is,

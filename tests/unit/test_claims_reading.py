@@ -1,0 +1,73 @@
+"""What the controller reads of an MPI job's DRA claims (control/claims.py): each claim object once,
+the GPU device classes at most once a minute, and the worker's slots from them."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from fakes import FakeClock
+from test_claims import EXAMPLE, NVIDIA, exactly, spec
+
+from disttrain.api.objects import JobRef
+from disttrain.api.parse import parse_spec
+from disttrain.builders.mpi import slots_per_worker
+from disttrain.control.claims import Claims
+from disttrain.decide.passes import JobState
+from manifests import job, replica
+
+
+class Reads:
+    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.objects, self.calls = objects, []  # type: ignore[var-annotated]
+
+    async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        self.calls.append(("get", obj["kind"], obj["metadata"]["name"]))
+        found = self.objects.get((obj["kind"], obj["metadata"]["name"]))
+        return copy.deepcopy(found) if found else None
+
+    async def list_cluster(self, api_version: str, kind: str) -> list[dict[str, Any]]:
+        self.calls.append(("list", kind, ""))
+        return [NVIDIA, EXAMPLE]
+
+
+def mpi_with_claims(workers: int, *claims: dict[str, Any], slots: int | None = None) -> JobState:
+    worker = replica(workers, "ExitCode", cpu="1")
+    worker["template"]["spec"]["resourceClaims"] = list(claims)
+    mpi: dict[str, Any] = {"launcher": replica(1, "Never", command=["mpirun", "python", "/train.py"]),
+                           "worker": worker}
+    if slots is not None:
+        mpi["slotsPerWorker"] = slots
+    return JobState(JobRef("hvd", "ml", "uid-1"), 1, parse_spec(job("hvd", {"mpi": mpi})["spec"]), {})
+
+
+TWO = {"spec": {"spec": spec({"exactly": exactly("gpu.example.com", 2)})}}
+
+
+def test_a_workers_slots_are_the_gpus_its_claim_template_allocates() -> None:
+    reads = Reads({("ResourceClaimTemplate", "two-gpus"): TWO})
+    claims = Claims(reads, FakeClock(), gpu_classes=["gpu.example.com"])
+    state = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"})
+    seen, reading = asyncio.run(claims.observe(state))
+    assert reading.gpus == 2 and seen.spec.mpi is not None and slots_per_worker(seen.spec.mpi) == 2
+    asyncio.run(claims.observe(state))
+    assert reads.calls == [("get", "ResourceClaimTemplate", "two-gpus"), ("list", "DeviceClass", "")], "read once"
+
+
+def test_explicit_slots_read_nothing_and_a_missing_template_is_waited_for() -> None:
+    reads = Reads({})
+    claims = Claims(reads, FakeClock())
+    set_slots = mpi_with_claims(2, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"}, slots=3)
+    assert asyncio.run(claims.observe(set_slots))[1].gpus is None and not reads.calls
+    missing = asyncio.run(claims.observe(mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "later"})))[1]
+    assert missing.missing == "ResourceClaimTemplate later"
+
+
+def test_a_gpu_claim_shared_by_several_workers_is_refused_naming_it() -> None:
+    reads = Reads({("ResourceClaim", "team"): {"spec": spec({"exactly": exactly("gpu.nvidia.com", 8)})}})
+    shared = mpi_with_claims(2, {"name": "g", "resourceClaimName": "team"})
+    reading = asyncio.run(Claims(reads, FakeClock()).observe(shared))[1]
+    assert reading.trouble is not None and "ResourceClaim team allocates GPUs and is shared by all 2 workers" in \
+        reading.trouble
