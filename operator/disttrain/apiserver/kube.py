@@ -86,6 +86,17 @@ def object_path(obj: Mapping[str, Any], subresource: str | None = None, *, named
                 meta["name"] if named else None, subresource)
 
 
+def event_body(namespace: str, name: str, uid: str, event_type: str, reason: str, message: str, instance: str,
+               now: str) -> dict[str, Any]:
+    """A core/v1 Event about the job, its message cut to 1 KiB."""
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": name, "namespace": namespace,
+                               "uid": uid},
+            "type": event_type, "reason": reason, "message": message[:1024], "firstTimestamp": now,
+            "lastTimestamp": now, "count": 1, "source": {"component": FIELD_MANAGER},
+            "reportingComponent": f"{GROUP}/operator", "reportingInstance": instance}
+
+
 class Kube:
     def __init__(self, rest: Rest) -> None:
         self.rest = rest
@@ -284,21 +295,6 @@ class Kube:
     async def post_event(
         self, namespace: str, name: str, uid: str, event_type: str, reason: str, message: str
     ) -> None:
-        now = timestamp(datetime.datetime.now(datetime.UTC))
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": name, "namespace": namespace,
-                               "uid": uid},
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "source": {"component": FIELD_MANAGER},
-            "reportingComponent": f"{GROUP}/operator",
-            "reportingInstance": self.instance,
-        }
+        event = event_body(namespace, name, uid, event_type, reason, message, self.instance,
+                           timestamp(datetime.datetime.now(datetime.UTC)))
         await self.rest.request("POST", path("v1", "events", namespace), body=event)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from disttrain.api.objects import JobRef
@@ -26,6 +26,7 @@ from disttrain.apiserver.retries import Explained
 from disttrain.builders import mpi
 from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.children import Children
+from disttrain.control.claims import ClaimReading, Claims
 from disttrain.control.expectations import Expectations
 from disttrain.control.groups import Groups
 from disttrain.control.progress_book import ProgressBook
@@ -53,6 +54,7 @@ PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
 WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
 # How soon to look again at a name an earlier job's object holds (garbage collection: seconds).
 RETRY_TAKEN_NAME_SECONDS = 1.0
+CLAIM_POLL_SECONDS = 5.0  # a job waiting for a ResourceClaimTemplate it names looks again
 
 
 class Controller:
@@ -62,7 +64,8 @@ class Controller:
     def __init__(self, kube: KubeAPI, workers: int = 16, create_concurrency: int = 80,
                  clock: Clock | None = None, resync_seconds: float = RESYNC_SECONDS,
                  report_to: ProgressEndpoint | None = None,
-                 progress_interval: float = REPORTED_PROGRESS_INTERVAL, name_reuse_seconds: float = 0.0) -> None:
+                 progress_interval: float = REPORTED_PROGRESS_INTERVAL, name_reuse_seconds: float = 0.0,
+                 gpu_device_classes: Sequence[str] = ()) -> None:
         self.kube = kube
         self.name_reuse_seconds = name_reuse_seconds  # decide/name_reuse_steps.py
         self.resync_seconds = resync_seconds
@@ -79,6 +82,7 @@ class Controller:
         self.refusals: dict[JobKey, create_refusals.Refusal] = {}
         self.telling = Telling(kube, self.clock)
         self.groups = Groups(kube, self.clock)
+        self.claims = Claims(kube, self.clock, gpu_device_classes)
         self.queues = Queues(kube, self.clock)
         self.namespaces = Namespaces(kube, self.clock)
         self.children = Children(kube, self.groups, create_concurrency)
@@ -137,6 +141,10 @@ class Controller:
                 self.ssh_keys[ref.uid] = generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
         job = await self.groups.observe(job)
+        job, claimed = await self.claims.observe(job)
+        # A claim deleted under a running job holds up nothing: its pods have their devices.
+        if claimed.trouble is not None or (claimed.missing is not None and not self._pods.get(key, ())):
+            return await self._claims_unusable(key, ref, body, claimed)
         job = await self.queues.observe(job, meta.get("labels") or {}, meta.get("annotations") or {},
                                         self._workloads.get(key, ()))
         pods = self._observed_pods(key, ref, job.status.get("deletedPods") or ())
@@ -269,6 +277,16 @@ class Controller:
         before = last.after if last is not None else body["metadata"].get("resourceVersion")
         was = written_before if written_before is not None else body.get("status")
         return refusal.backoff if await self.statuses.write(key, ref, plan.status, before, was) else 1.0
+
+    async def _claims_unusable(self, key: JobKey, ref: JobRef, body: Mapping[str, Any],
+                               claimed: ClaimReading) -> float | None:
+        """A job whose workers' GPUs can't be counted fails naming the claim; one whose claim object
+        isn't there yet (applied a moment after it) makes nothing until it is."""
+        if claimed.trouble is not None:
+            return await self._fail(key, ref, body.get("status"), body["metadata"].get("resourceVersion"),
+                                    Reason.INVALID_SPEC, claimed.trouble)
+        log.info("%s/%s waits for %s (its workers' GPUs)", ref.namespace, ref.name, claimed.missing)
+        return CLAIM_POLL_SECONDS
 
     async def _fail(self, key: JobKey, ref: JobRef, status: Mapping[str, Any] | None, version: str | None,
                     reason: Reason, message: str) -> float | None:
