@@ -33,14 +33,15 @@ class Reads:
         return [NVIDIA, EXAMPLE]
 
 
-def mpi_with_claims(workers: int, *claims: dict[str, Any], slots: int | None = None) -> JobState:
+def mpi_with_claims(workers: int, *claims: dict[str, Any], slots: int | None = None,
+                    status: dict[str, Any] | None = None, uid: str = "uid-1") -> JobState:
     worker = replica(workers, "ExitCode", cpu="1")
     worker["template"]["spec"]["resourceClaims"] = list(claims)
     mpi: dict[str, Any] = {"launcher": replica(1, "Never", command=["mpirun", "python", "/train.py"]),
                            "worker": worker}
     if slots is not None:
         mpi["slotsPerWorker"] = slots
-    return JobState(JobRef("hvd", "ml", "uid-1"), 1, parse_spec(job("hvd", {"mpi": mpi})["spec"]), {})
+    return JobState(JobRef("hvd", "ml", uid), 1, parse_spec(job("hvd", {"mpi": mpi})["spec"]), status or {})
 
 
 TWO = {"spec": {"spec": spec({"exactly": exactly("gpu.example.com", 2)})}}
@@ -50,8 +51,8 @@ def test_a_workers_slots_are_the_gpus_its_claim_template_allocates() -> None:
     reads = Reads({("ResourceClaimTemplate", "two-gpus"): TWO})
     claims = Claims(reads, FakeClock(), gpu_classes=["gpu.example.com"])
     state = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"})
-    seen, reading = asyncio.run(claims.observe(state))
-    assert reading.gpus == 2 and seen.spec.mpi is not None and slots_per_worker(seen.spec.mpi) == 2
+    seen = asyncio.run(claims.observe(state))
+    assert seen.claims.gpus == 2 and seen.spec.mpi is not None and slots_per_worker(seen.spec.mpi) == 2
     asyncio.run(claims.observe(state))
     assert reads.calls == [("get", "ResourceClaimTemplate", "two-gpus"), ("list", "DeviceClass", "")], "read once"
 
@@ -60,14 +61,45 @@ def test_explicit_slots_read_nothing_and_a_missing_template_is_waited_for() -> N
     reads = Reads({})
     claims = Claims(reads, FakeClock())
     set_slots = mpi_with_claims(2, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"}, slots=3)
-    assert asyncio.run(claims.observe(set_slots))[1].gpus is None and not reads.calls
-    missing = asyncio.run(claims.observe(mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "later"})))[1]
-    assert missing.missing == "ResourceClaimTemplate later"
+    assert asyncio.run(claims.observe(set_slots)).claims.gpus is None and not reads.calls
+    missing = asyncio.run(claims.observe(mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "later"})))
+    assert missing.claims.missing == "ResourceClaimTemplate later"
 
 
 def test_a_gpu_claim_shared_by_several_workers_is_refused_naming_it() -> None:
     reads = Reads({("ResourceClaim", "team"): {"spec": spec({"exactly": exactly("gpu.nvidia.com", 8)})}})
     shared = mpi_with_claims(2, {"name": "g", "resourceClaimName": "team"})
-    reading = asyncio.run(Claims(reads, FakeClock()).observe(shared))[1]
+    reading = asyncio.run(Claims(reads, FakeClock()).observe(shared)).claims
     assert reading.trouble is not None and "ResourceClaim team allocates GPUs and is shared by all 2 workers" in \
         reading.trouble
+
+
+def test_a_count_kept_in_the_status_stands_for_a_claim_object_deleted_since() -> None:
+    """An operator restarted after the template was deleted still gives the running workers their slots."""
+    claims = Claims(Reads({}), FakeClock())
+    state = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+                            status={"phase": "Running", "claimedGPUsPerWorker": 2})
+    seen = asyncio.run(claims.observe(state))
+    assert seen.claims.gpus == 2 and seen.claims.missing is None
+    assert seen.spec.mpi is not None and slots_per_worker(seen.spec.mpi) == 2
+    forged = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+                             status={"claimedGPUsPerWorker": "lots"})
+    assert asyncio.run(claims.observe(forged)).claims.missing == "ResourceClaimTemplate two-gpus"
+
+
+def test_each_job_reads_its_own_claim_objects_so_a_template_made_again_counts_anew() -> None:
+    reads = Reads({("ResourceClaimTemplate", "two-gpus"): TWO})
+    claims = Claims(reads, FakeClock(), gpu_classes=["gpu.example.com"])
+    asyncio.run(claims.observe(mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "two-gpus"})))
+    reads.objects[("ResourceClaimTemplate", "two-gpus")] = {
+        "spec": {"spec": spec({"exactly": exactly("gpu.example.com", 4)})}}
+    again = mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "two-gpus"}, uid="uid-2")
+    assert asyncio.run(claims.observe(again)).claims.gpus == 4
+    claims.forget("uid-1")
+    assert {uid for uid, _ in claims.specs} == {"uid-2"}
+
+
+def test_a_finished_job_reads_nothing() -> None:
+    reads = Reads({})
+    done = mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "x"}, status={"phase": "Succeeded"})
+    assert asyncio.run(Claims(reads, FakeClock()).observe(done)).claims.missing is None and not reads.calls

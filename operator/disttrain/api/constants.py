@@ -26,6 +26,8 @@ NUM_WORKERS_ENV = "DISTTRAIN_NUM_WORKERS"
 OMP_NUM_THREADS_ENV = "OMP_NUM_THREADS"
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# The status field keeping the GPUs an MPI worker gets through its DRA claims (control/claims.py).
+CLAIMED_GPUS = "claimedGPUsPerWorker"
 MAX_DNS_LABEL = 63
 FIELD_MANAGER = "disttrain-operator"
 # spec.managedBy: this operator's own value (the same as leaving it unset), and Kueue's MultiKueue

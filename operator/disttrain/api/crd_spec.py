@@ -86,6 +86,14 @@ def replica_spec(role: str, description: str, *, minimum: int = 0, maximum: int 
     containers = template["properties"]["spec"]["properties"]["containers"]
     containers.update({"minItems": 1, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     template["properties"]["metadata"]["x-kubernetes-validations"] = topology.template_rules()
+    # A DRA claim names a template (a claim per pod) or a claim (shared), never both or neither, and
+    # two of one name can't be told apart by a container's resources.claims: as the pod's API says.
+    claims = template["properties"]["spec"]["properties"]["resourceClaims"]
+    claims.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    claims["items"]["x-kubernetes-validations"] = [{
+        "rule": "has(self.resourceClaimName) != has(self.resourceClaimTemplateName)",
+        "message": "a resourceClaims entry sets exactly one of resourceClaimName (a claim its pods share) and "
+                   "resourceClaimTemplateName (a claim made for each pod)"}]
     template["description"] = (
         f"Pod template for the {role} pods, a Kubernetes PodTemplateSpec. The operator adds the name, "
         "hostname, subdomain, labels, owner reference and environment (TF_CONFIG, DISTTRAIN_*); "

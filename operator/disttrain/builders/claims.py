@@ -33,8 +33,21 @@ class PodClaim:
     shared: str | None  # resourceClaimName: one claim for every pod naming it
 
 
+@dataclass(frozen=True)
+class ClaimReading:
+    """What was read of an MPI job's worker claims (control/claims.py): the GPUs a worker gets, or
+    why they can't be counted (`trouble`) or aren't known yet (`missing`: a claim object not there)."""
+
+    gpus: int | None = None
+    trouble: str | None = None
+    missing: str | None = None
+
+
 class UncountableClaim(ValueError):
     """A claim whose number of GPUs can't be known before the scheduler allocates it."""
+
+    def __str__(self) -> str:
+        return f"spec.mpi.worker's claims: {self.args[0]}: set spec.mpi.slotsPerWorker"
 
 
 def pod_claims(template: Mapping[str, Any]) -> list[PodClaim]:

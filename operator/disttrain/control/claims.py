@@ -10,7 +10,12 @@ The answer goes into the job's spec (`MPISpec.claimed_gpus`), so every builder (
 `-np`, discover_hosts.sh, Gloo's ranks) reads it as it reads nvidia.com/gpu. What can't be counted
 (a GPU request of mode All, alternatives of different counts, a shared GPU claim on several
 workers) is said as the job's trouble, and the job fails naming the claim. A claim object not
-there yet (applied with the job, a moment later) is waited for.
+there yet (applied with the job, a moment later) is waited for (decide/claim_steps.py); once
+counted, the count is kept in the job's status, which stands in for an object deleted later.
+
+Each job reads its claims' objects itself (kept by job UID, not by name): a template deleted and
+made again with another spec under the same name counts anew for the next job, never for a job
+whose pods were made from the old one.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from disttrain.api.constants import CLAIMED_GPUS
+from disttrain.api.status import FINISHED, Phase
 from disttrain.builders import claims
+from disttrain.builders.claims import ClaimReading
 from disttrain.builders.resources import template_gpus
 from disttrain.decide.passes import JobState
 from disttrain.runtime.clock import Clock
@@ -37,54 +45,60 @@ class ClaimAPI(Protocol):
     async def list_cluster(self, api_version: str, kind: str) -> list[dict[str, Any]]: ...
 
 
-@dataclasses.dataclass(frozen=True)
-class ClaimReading:
-    """What was read of a job's worker claims: its GPUs, or why they can't be counted (`trouble`)
-    or aren't known yet (`missing`: a claim object not there)."""
-
-    gpus: int | None = None
-    trouble: str | None = None
-    missing: str | None = None
-
-
 class Claims:
     def __init__(self, kube: ClaimAPI, clock: Clock, gpu_classes: Iterable[str] = ()) -> None:
         self.kube, self.clock, self.named = kube, clock, frozenset(gpu_classes)
-        self.specs: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, "template/<name>"): its claim spec
+        self.specs: dict[tuple[str, str], dict[str, Any]] = {}  # (job uid, "template/<name>"): its claim spec
         self._classes: tuple[float, frozenset[str]] | None = None
 
-    async def observe(self, job: JobState) -> tuple[JobState, ClaimReading]:
+    def forget(self, uid: str) -> None:
+        self.specs = {k: v for k, v in self.specs.items() if k[0] != uid}
+
+    async def observe(self, job: JobState) -> JobState:
+        """`job` with what was read of its workers' claims (`job.claims`, `MPISpec.claimed_gpus`)."""
         mpi = job.spec.mpi
-        if mpi is None or mpi.slots_per_worker is not None or template_gpus(mpi.worker.template):
-            return job, ClaimReading()
+        if (mpi is None or mpi.slots_per_worker is not None or template_gpus(mpi.worker.template)
+                or Phase(job.status.get("phase") or Phase.PENDING) in FINISHED):
+            return job
         wanted = claims.pod_claims(mpi.worker.template)
         if not wanted:
-            return job, ClaimReading()
+            return job
+        reading = await self._read(job, wanted)
+        kept = job.status.get(CLAIMED_GPUS)
+        if reading.missing is not None and isinstance(kept, int) and not isinstance(kept, bool) and kept >= 0:
+            reading = ClaimReading(gpus=kept)  # counted before its object went: the pods hold their devices
+        if reading.gpus:
+            job = dataclasses.replace(job, spec=dataclasses.replace(
+                job.spec, mpi=dataclasses.replace(mpi, claimed_gpus=reading.gpus)))
+        return dataclasses.replace(job, claims=reading)
+
+    async def _read(self, job: JobState, wanted: list[claims.PodClaim]) -> ClaimReading:
+        mpi = job.spec.mpi
+        assert mpi is not None
         specs = {}
         for claim in wanted:
             key = f"template/{claim.template}" if claim.template else f"claim/{claim.shared}"
-            found = await self._spec(job.ref.namespace, key)
+            found = await self._spec(job.ref.uid, job.ref.namespace, key)
             if found is None:
                 kind = "ResourceClaimTemplate" if claim.template else "ResourceClaim"
-                return job, ClaimReading(missing=f"{kind} {claim.template or claim.shared}")
+                return ClaimReading(missing=f"{kind} {claim.template or claim.shared}")
             specs[key] = found
         gpu_classes = await self.gpu_classes()
         try:
             gpus = claims.template_claim_gpus(mpi.worker.template, specs, gpu_classes)
         except claims.UncountableClaim as err:
-            return job, ClaimReading(trouble=f"spec.mpi.worker's claims: {err}: set spec.mpi.slotsPerWorker")
+            return ClaimReading(trouble=str(err))
         shared = claims.shared_gpu_claims(mpi.worker.template, specs, gpu_classes)
         if shared and mpi.worker.replicas > 1:
-            return job, ClaimReading(trouble=(
+            return ClaimReading(trouble=(
                 f"spec.mpi.worker: ResourceClaim {shared[0]} allocates GPUs and is shared by all "
                 f"{mpi.worker.replicas} workers, which would all get the same devices: use a "
                 f"ResourceClaimTemplate (a claim per pod)"))
-        spec = dataclasses.replace(job.spec, mpi=dataclasses.replace(mpi, claimed_gpus=gpus or None))
-        return dataclasses.replace(job, spec=spec), ClaimReading(gpus=gpus)
+        return ClaimReading(gpus=gpus)
 
-    async def _spec(self, namespace: str, key: str) -> dict[str, Any] | None:
-        if (namespace, key) in self.specs:
-            return self.specs[(namespace, key)]
+    async def _spec(self, uid: str, namespace: str, key: str) -> dict[str, Any] | None:
+        if (uid, key) in self.specs:
+            return self.specs[(uid, key)]
         kind, name = key.split("/", 1)
         obj = {"apiVersion": RESOURCE_API, "metadata": {"namespace": namespace, "name": name},
                "kind": "ResourceClaimTemplate" if kind == "template" else "ResourceClaim"}
@@ -95,7 +109,7 @@ class Claims:
         spec = dict(held.get("spec") or {}) if kind == "template" else dict(held)
         if len(self.specs) >= MAX_SPECS:
             self.specs.pop(next(iter(self.specs)))
-        self.specs[(namespace, key)] = spec
+        self.specs[(uid, key)] = spec
         return spec
 
     async def gpu_classes(self) -> frozenset[str]:

@@ -26,7 +26,7 @@ from disttrain.apiserver.retries import Explained
 from disttrain.builders import mpi
 from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.children import Children
-from disttrain.control.claims import ClaimReading, Claims
+from disttrain.control.claims import Claims
 from disttrain.control.expectations import Expectations
 from disttrain.control.groups import Groups
 from disttrain.control.progress_book import ProgressBook
@@ -54,7 +54,6 @@ PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
 WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
 # How soon to look again at a name an earlier job's object holds (garbage collection: seconds).
 RETRY_TAKEN_NAME_SECONDS = 1.0
-CLAIM_POLL_SECONDS = 5.0  # a job waiting for a ResourceClaimTemplate it names looks again
 
 
 class Controller:
@@ -63,12 +62,10 @@ class Controller:
     # the plain client's was 3.3; at 80, 4.1 and 3.8 (issue 25).
     def __init__(self, kube: KubeAPI, workers: int = 16, create_concurrency: int = 80,
                  clock: Clock | None = None, resync_seconds: float = RESYNC_SECONDS,
-                 report_to: ProgressEndpoint | None = None,
-                 progress_interval: float = REPORTED_PROGRESS_INTERVAL, name_reuse_seconds: float = 0.0,
-                 gpu_device_classes: Sequence[str] = ()) -> None:
-        self.kube = kube
+                 report_to: ProgressEndpoint | None = None, progress_interval: float = REPORTED_PROGRESS_INTERVAL,
+                 name_reuse_seconds: float = 0.0, gpu_device_classes: Sequence[str] = ()) -> None:
+        self.kube, self.resync_seconds = kube, resync_seconds
         self.name_reuse_seconds = name_reuse_seconds  # decide/name_reuse_steps.py
-        self.resync_seconds = resync_seconds
         self.clock: Clock = clock or SystemClock()
         self.queue: WorkQueue[JobKey] = WorkQueue(self.reconcile_key, workers=workers, on_failure=self._retrying)
         self.expectations: dict[JobKey, Expectations] = {}
@@ -141,10 +138,7 @@ class Controller:
                 self.ssh_keys[ref.uid] = generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
         job = await self.groups.observe(job)
-        job, claimed = await self.claims.observe(job)
-        # A claim deleted under a running job holds up nothing: its pods have their devices.
-        if claimed.trouble is not None or (claimed.missing is not None and not self._pods.get(key, ())):
-            return await self._claims_unusable(key, ref, body, claimed)
+        job = await self.claims.observe(job)
         job = await self.queues.observe(job, meta.get("labels") or {}, meta.get("annotations") or {},
                                         self._workloads.get(key, ()))
         pods = self._observed_pods(key, ref, job.status.get("deletedPods") or ())
@@ -175,6 +169,7 @@ class Controller:
             self.children.forget(uid)
             self.ssh_keys.pop(uid, None)
             self.groups.forget(uid)
+            self.claims.forget(uid)
 
     def role_of(self, key: JobKey, pod: ObservedPod) -> Role | None:
         """What `pod` may report for its job (api/progress.py), from the job as indexed."""
@@ -277,16 +272,6 @@ class Controller:
         before = last.after if last is not None else body["metadata"].get("resourceVersion")
         was = written_before if written_before is not None else body.get("status")
         return refusal.backoff if await self.statuses.write(key, ref, plan.status, before, was) else 1.0
-
-    async def _claims_unusable(self, key: JobKey, ref: JobRef, body: Mapping[str, Any],
-                               claimed: ClaimReading) -> float | None:
-        """A job whose workers' GPUs can't be counted fails naming the claim; one whose claim object
-        isn't there yet (applied a moment after it) makes nothing until it is."""
-        if claimed.trouble is not None:
-            return await self._fail(key, ref, body.get("status"), body["metadata"].get("resourceVersion"),
-                                    Reason.INVALID_SPEC, claimed.trouble)
-        log.info("%s/%s waits for %s (its workers' GPUs)", ref.namespace, ref.name, claimed.missing)
-        return CLAIM_POLL_SECONDS
 
     async def _fail(self, key: JobKey, ref: JobRef, status: Mapping[str, Any] | None, version: str | None,
                     reason: Reason, message: str) -> float | None:
