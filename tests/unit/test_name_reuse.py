@@ -208,3 +208,16 @@ def test_a_kueue_eviction_readmitted_at_once_waits_for_dns() -> None:
     assert readmitted.status["phase"] == "Pending" and not made(readmitted)
     assert made(queued(readmitted.status, workload(*ADMITTED), [], 8.25)) == [
         "mnist-chief-0", "mnist-worker-0", "mnist-worker-1"]
+
+
+def test_times_in_a_status_someone_else_wrote_never_fail_the_reconcile() -> None:
+    """Whoever may patch disttrainjobs/status can write any string where a time goes (the CRD's
+    date-time format admits a lowercase t and z, which Python's parser refused): a garbage goneAt,
+    startTime or checkpoint deadline is read as unset, never an exception on every pass."""
+    for junk in ("not a time", "2026-11-26t12:00:00z", "", "9999-99-99T99:99:99Z"):
+        status = {"phase": "Restarting", "startTime": junk, "previousPods": {"goneAt": junk},
+                  "checkpoint": {"request": "c1", "deadline": junk, "requestedAt": junk}}
+        plan = step([], status)
+        assert plan.status["phase"] in ("Restarting", "Pending"), junk
+    lower = step([], {"phase": "Restarting", "previousPods": {"goneAt": "2026-11-26t12:00:00.250000z"}}, 1)
+    assert not made(lower) and lower.requeue_after is not None and abs(lower.requeue_after - 5) < 1e-6

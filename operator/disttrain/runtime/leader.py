@@ -18,12 +18,12 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from disttrain.api.status import micro_timestamp
 from disttrain.apiserver.rest import ApiError, Endpoint, Rest, path
 from disttrain.apiserver.retries import TRANSIENT
 from disttrain.runtime.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
-MICRO = "%Y-%m-%dT%H:%M:%S.%fZ"
 LEASES = "coordination.k8s.io/v1"
 
 
@@ -67,10 +67,6 @@ class CoordinationLeases:
         return True
 
 
-def _micro(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime(MICRO)
-
-
 class LeaseElector:
     def __init__(self, namespace: str, name: str, identity: str, duration: int = 15,
                  clock: Clock | None = None) -> None:
@@ -104,21 +100,21 @@ class LeaseElector:
         return now - self.observed_at > int(spec.get("leaseDurationSeconds") or self.duration)
 
     async def _try_hold(self, leases: LeaseAPI, now: datetime.datetime) -> bool:
-        lease = await leases.read(self.namespace, self.name)
+        lease, stamp = await leases.read(self.namespace, self.name), micro_timestamp(now)
         if lease is None:
             return await leases.create(self.namespace, {
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": self.duration,
-                         "acquireTime": _micro(now), "renewTime": _micro(now), "leaseTransitions": 0}})
+                         "acquireTime": stamp, "renewTime": stamp, "leaseTransitions": 0}})
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
         if holder not in (self.identity, None, "") and not self._expired(lease):
             return False
         new_spec = dict(spec, holderIdentity=self.identity, leaseDurationSeconds=self.duration,
-                        renewTime=_micro(now))
+                        renewTime=stamp)
         if holder != self.identity:
-            new_spec.update(acquireTime=_micro(now), leaseTransitions=int(spec.get("leaseTransitions") or 0) + 1)
+            new_spec.update(acquireTime=stamp, leaseTransitions=int(spec.get("leaseTransitions") or 0) + 1)
         # The resourceVersion in the body read makes this a compare-and-swap: of two replicas
         # taking an expired Lease at once, one wins.
         return await leases.replace(self.namespace, self.name, dict(lease, spec=new_spec))
