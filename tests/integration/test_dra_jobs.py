@@ -181,3 +181,12 @@ def test_a_claim_entry_naming_both_a_claim_and_a_template_is_refused_at_apply(cr
     twice["spec"]["mpi"]["worker"]["template"]["spec"]["resourceClaims"] *= 2
     result = crd.apply(twice, namespace, check=False)
     assert result.returncode != 0 and "duplicate entries for key [name=\"gpus\"]" in result.stderr, result.stderr
+    # A name goes into the operator's request path: only a DNS name is taken (the operator checks again).
+    walk = dra_mpi_job("walk", {"pool": "none"}, {"name": "gpus", "resourceClaimTemplateName": "../../x/y"})
+    result = crd.apply(walk, namespace, check=False)
+    assert result.returncode != 0 and "resourceClaimTemplateName in body should match" in result.stderr, result.stderr
+    many = dra_mpi_job("many", {"pool": "none"})
+    many["spec"]["mpi"]["worker"]["template"]["spec"]["resourceClaims"] = [
+        {"name": f"c{i}", "resourceClaimTemplateName": "two-gpus"} for i in range(33)]
+    result = crd.apply(many, namespace, check=False)
+    assert result.returncode != 0 and "must have at most 32 items" in result.stderr, result.stderr

@@ -83,3 +83,26 @@ def test_a_pods_gpus_are_its_claims_templates_and_shared_claims_named_as_such() 
     assert template_claim_gpus(template, specs, GPUS) == 3
     assert shared_gpu_claims(template, specs, GPUS) == ["team-gpu"]
     assert template_claim_gpus({"spec": {}}, specs, GPUS) == 0
+
+
+def test_counts_a_claim_cant_be_allocated_or_that_are_no_number_are_refused_and_admin_access_counts_none() -> None:
+    gpus = frozenset({"gpu.nvidia.com"})
+    for count in (0, -3, 33, True, "2", 2.5, None):
+        request = {"exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
+        with pytest.raises(UncountableClaim, match="is not a number of GPUs from 1 to 32"):
+            claim_gpus(spec(request), gpus)
+    many = [{"name": f"r{i}", "exactly": exactly("gpu.nvidia.com", 30)} for i in range(2)]
+    with pytest.raises(UncountableClaim, match="more than 32 GPUs"):
+        claim_gpus({"devices": {"requests": many}}, gpus)
+    watch = {"exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8, "adminAccess": True}}
+    assert claim_gpus(spec(watch), gpus) == 0
+    for malformed in ({"devices": {"requests": "x"}}, {"devices": [1]}, {"devices": {"requests": [
+            {"exactly": {"deviceClassName": ["gpu.nvidia.com"]}}, 7, {"firstAvailable": "x"}]}}):
+        assert claim_gpus(malformed, gpus) == 0
+
+
+def test_a_class_pinning_the_driver_either_way_round_is_a_gpu_class() -> None:
+    flipped = {"metadata": {"name": "flipped"},
+               "spec": {"selectors": [{"cel": {"expression": "'gpu.nvidia.com' == device.driver"}}]}}
+    assert driver_of(flipped) == "gpu.nvidia.com"
+    assert driver_of({"spec": {"selectors": "junk"}}) is None

@@ -50,10 +50,15 @@ def with_claimed_gpus(spec: JobSpec, found: FileClaims) -> JobSpec:
 
 def claims_comment(spec: JobSpec, pod: Mapping[str, Any], found: FileClaims) -> str:
     """What each of the pod's resourceClaims gives it, as YAML comments."""
-    entries = claims.pod_claims(pod)
-    if pod.get("kind") != "Pod" or not entries:
+    if pod.get("kind") != "Pod":
         return ""
     name = pod["metadata"]["name"]
+    try:
+        entries = claims.pod_claims(pod)
+    except claims.UncountableClaim:
+        return f"# {name}: a resourceClaims entry names no ResourceClaim or ResourceClaimTemplate by a valid name\n"
+    if not entries:
+        return ""
     lines = [f"# {name}'s DRA claims:"]
     for claim in entries:
         said = _devices(found.specs.get(_key(claim)), found.gpu_classes)
@@ -77,14 +82,19 @@ def _devices(spec: Mapping[str, Any] | None, gpu_classes: frozenset[str]) -> str
     if spec is None:
         return "not in this file: its devices aren't known here"
     asked = []
-    for request in (spec.get("devices") or {}).get("requests") or []:
-        exact = request.get("exactly") or {}
-        options = [_asked(o, gpu_classes) for o in ([exact] if exact else request.get("firstAvailable") or [])]
-        asked.append(options[0] if len(options) == 1 else "one of " + " or ".join(options))
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    requests = (devices if isinstance(devices, Mapping) else {}).get("requests")
+    for request in requests if isinstance(requests, list) else []:
+        request = request if isinstance(request, Mapping) else {}
+        exact, alternatives = request.get("exactly"), request.get("firstAvailable")
+        found = [exact] if exact else alternatives if isinstance(alternatives, list) else []
+        options = [_asked(o, gpu_classes) for o in found if isinstance(o, Mapping)]
+        if options:
+            asked.append(options[0] if len(options) == 1 else "one of " + " or ".join(options))
     return ", ".join(asked) or "no devices"
 
 
 def _asked(option: Mapping[str, Any], gpu_classes: frozenset[str]) -> str:
-    klass = option.get("deviceClassName", "?")
-    count = "all" if option.get("allocationMode") == "All" else str(option.get("count") or 1)
+    klass = str(option.get("deviceClassName", "?"))[:253]
+    count = "all" if option.get("allocationMode") == "All" else str(option.get("count") or 1)[:20]
     return f"{count} of {klass}" + (" (GPUs)" if klass in gpu_classes else "")

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from disttrain.api.constants import CLAIMED_GPUS
+from disttrain.api.constants import CLAIMED_GPUS, MAX_CLAIMS
 from disttrain.api.status import FINISHED, Phase
 from disttrain.builders import claims
 from disttrain.builders.claims import ClaimReading
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 RESOURCE_API = "resource.k8s.io/v1"
 DEVICE_CLASS_TTL_SECONDS = 60.0
-MAX_SPECS = 4096  # claim specs kept: a few per job
+MAX_JOBS = 1024  # jobs whose claim specs are kept at once (each until its count is in its status)
 
 
 class ClaimAPI(Protocol):
@@ -48,35 +48,47 @@ class ClaimAPI(Protocol):
 class Claims:
     def __init__(self, kube: ClaimAPI, clock: Clock, gpu_classes: Iterable[str] = ()) -> None:
         self.kube, self.clock, self.named = kube, clock, frozenset(gpu_classes)
-        self.specs: dict[tuple[str, str], dict[str, Any]] = {}  # (job uid, "template/<name>"): its claim spec
+        # job uid -> "template/<name>" or "claim/<name>" -> its claim spec, until the count is kept
+        self.specs: dict[str, dict[str, dict[str, Any]]] = {}
         self._classes: tuple[float, frozenset[str]] | None = None
 
     def forget(self, uid: str) -> None:
-        self.specs = {k: v for k, v in self.specs.items() if k[0] != uid}
+        self.specs.pop(uid, None)
 
-    async def observe(self, job: JobState) -> JobState:
-        """`job` with what was read of its workers' claims (`job.claims`, `MPISpec.claimed_gpus`)."""
+    async def observe(self, job: JobState, has_pods: bool) -> JobState:
+        """`job` with what was read of its workers' claims (`job.claims`, `MPISpec.claimed_gpus`).
+        Counted once: the count kept in its status is final (its pods' hostfile was built from it,
+        whatever happens since to the objects or the DeviceClasses). A job whose pods were made
+        before it could be counted (by an operator older than this) keeps their slots until it
+        has none (a whole-job restart, a resume)."""
         mpi = job.spec.mpi
         if (mpi is None or mpi.slots_per_worker is not None or template_gpus(mpi.worker.template)
                 or Phase(job.status.get("phase") or Phase.PENDING) in FINISHED):
             return job
-        wanted = claims.pod_claims(mpi.worker.template)
-        if not wanted:
-            return job
-        reading = await self._read(job, wanted)
         kept = job.status.get(CLAIMED_GPUS)
-        if reading.missing is not None and isinstance(kept, int) and not isinstance(kept, bool) and kept >= 0:
-            reading = ClaimReading(gpus=kept)  # counted before its object went: the pods hold their devices
+        if isinstance(kept, int) and not isinstance(kept, bool) and 0 <= kept <= claims.MAX_PER_WORKER:
+            reading = ClaimReading(gpus=kept)
+            self.forget(job.ref.uid)
+        elif has_pods and job.status.get("phase"):  # a new job's first status follows its first pods
+            return job
+        else:
+            reading = await self._read(job)
         if reading.gpus:
             job = dataclasses.replace(job, spec=dataclasses.replace(
                 job.spec, mpi=dataclasses.replace(mpi, claimed_gpus=reading.gpus)))
         return dataclasses.replace(job, claims=reading)
 
-    async def _read(self, job: JobState, wanted: list[claims.PodClaim]) -> ClaimReading:
+    async def _read(self, job: JobState) -> ClaimReading:
         mpi = job.spec.mpi
         assert mpi is not None
+        try:
+            wanted = claims.pod_claims(mpi.worker.template)
+        except claims.UncountableClaim as err:
+            return ClaimReading(trouble=str(err))
+        if not wanted:
+            return ClaimReading()
         specs = {}
-        for claim in wanted:
+        for claim in wanted[:MAX_CLAIMS]:
             key = f"template/{claim.template}" if claim.template else f"claim/{claim.shared}"
             found = await self._spec(job.ref.uid, job.ref.namespace, key)
             if found is None:
@@ -89,16 +101,17 @@ class Claims:
         except claims.UncountableClaim as err:
             return ClaimReading(trouble=str(err))
         shared = claims.shared_gpu_claims(mpi.worker.template, specs, gpu_classes)
-        if shared and mpi.worker.replicas > 1:
+        most = mpi.elastic.max_replicas if mpi.elastic is not None else mpi.worker.replicas
+        if shared and most > 1:
             return ClaimReading(trouble=(
                 f"spec.mpi.worker: ResourceClaim {shared[0]} allocates GPUs and is shared by all "
-                f"{mpi.worker.replicas} workers, which would all get the same devices: use a "
+                f"{most} workers, which would all get the same devices: use a "
                 f"ResourceClaimTemplate (a claim per pod)"))
         return ClaimReading(gpus=gpus)
 
     async def _spec(self, uid: str, namespace: str, key: str) -> dict[str, Any] | None:
-        if (uid, key) in self.specs:
-            return self.specs[(uid, key)]
+        if key in self.specs.get(uid, {}):
+            return self.specs[uid][key]
         kind, name = key.split("/", 1)
         obj = {"apiVersion": RESOURCE_API, "metadata": {"namespace": namespace, "name": name},
                "kind": "ResourceClaimTemplate" if kind == "template" else "ResourceClaim"}
@@ -107,9 +120,9 @@ class Claims:
             return None
         held = found.get("spec") or {}
         spec = dict(held.get("spec") or {}) if kind == "template" else dict(held)
-        if len(self.specs) >= MAX_SPECS:
+        if uid not in self.specs and len(self.specs) >= MAX_JOBS:
             self.specs.pop(next(iter(self.specs)))
-        self.specs[(uid, key)] = spec
+        self.specs.setdefault(uid, {})[key] = spec
         return spec
 
     async def gpu_classes(self) -> frozenset[str]:
