@@ -24,6 +24,7 @@ import yaml
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 import pki
+from fakedra import FAKE_GPU_CLASS, FAKE_GPU_RESOURCE
 from gangschedulers import Plane, install_crds
 from ports import free_port, http_ok
 
@@ -74,6 +75,9 @@ def start(plane: Plane, bin_dir: Path, deadline: float) -> None:
         "multiKueue": {"externalFrameworks": [{"name": "DistTrainJob.v1.disttrain.dev"}],
                        "workerLostTimeout": f"{WORKER_LOST_SECONDS}s", "origin": MULTIKUEUE_ORIGIN},
         "featureGates": {"VisibilityOnDemand": False},
+        # DRA quota (KueueDRAIntegration, beta, on): devices of the fake GPU class that KWOK nodes'
+        # ResourceSlices publish count as FAKE_GPU_RESOURCE (tests/integration/test_dra_jobs.py).
+        "resources": {"deviceClassMappings": [{"name": FAKE_GPU_RESOURCE, "deviceClassNames": [FAKE_GPU_CLASS]}]},
     }))
     overlay = f"lowerdir=/etc,upperdir={upper},workdir={work}"
     plane.spawn("kueue", ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",

@@ -329,7 +329,8 @@ class LocalCluster:
             # taint-eviction-controller: the pods of a node marked unreachable are evicted once their
             # toleration runs out (300 s, the API server's default; tests/chaos/test_node_lost.py
             # gives its own pods 5 s).
-            "taint-eviction-controller",
+            "taint-eviction-controller,resourceclaim-controller",
+            # resourceclaim-controller: a pod's claim made from its ResourceClaimTemplate (DRA).
             # podgroup-protection-controller lifts the finalizer every PodGroup gets once none
             # of its pods runs: without it a PodGroup is never deleted.
             "--feature-gates=GenericWorkload=true",

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from fakedra import FAKE_GPU_CLASS  # noqa: E402
 from ports import free_port  # noqa: E402
 from progress_support import operator_args  # noqa: E402
 from support import TIMED, Cluster, OperatorProcess, chart_identity, install_crd, wait_namespace_ready  # noqa: E402
@@ -77,7 +78,10 @@ def operator(crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     tmp = tmp_path_factory.mktemp("operator")
     # Serving progress reports as the chart's operator does (tests/integration/test_progress_reports.py).
     progress = operator_args(free_port())
-    proc = OperatorProcess(chart_identity(crd, tmp), tmp / "operator.log", (*progress, *verbose))
+    # The fake DRA driver's class (tests/integration/test_dra_jobs.py) counts as GPUs, as the chart's
+    # dra.gpuDeviceClasses would say.
+    dra = (f"--gpu-device-class={FAKE_GPU_CLASS}",)
+    proc = OperatorProcess(chart_identity(crd, tmp), tmp / "operator.log", (*progress, *dra, *verbose))
     proc.start()
     yield proc
     proc.stop()

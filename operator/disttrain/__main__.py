@@ -23,7 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     _add_run_arguments(sub.add_parser("run", help="run the operator"))
     sub.add_parser("crd", help="print the DistTrainJob CRD")
     render_cmd = sub.add_parser("render", help="print every object the operator would create for a job")
-    render_cmd.add_argument("file", type=Path, help="a DistTrainJob manifest, or - for standard input")
+    render_cmd.add_argument("file", type=Path, help="a DistTrainJob manifest, or - for standard input (with any "
+                            "ResourceClaimTemplates, ResourceClaims and DeviceClasses its pods' claims name)")
+    render_cmd.add_argument("--gpu-device-class", action="append", default=[], metavar="NAME",
+                            help="a DeviceClass whose devices are GPUs (as the operator's flag of the same name)")
     logs = sub.add_parser("logs", help="every pod's log of a job, each line prefixed [worker-1]")
     logs.add_argument("job", help="the DistTrainJob's name")
     logs.add_argument("--namespace", "-n", help="default: the kubeconfig context's namespace")
@@ -48,11 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(crd_yaml())
         return 0
     if args.command == "render":
-        from disttrain.builders.render import render
-
-        text = sys.stdin.read() if str(args.file) == "-" else args.file.read_text()
-        sys.stdout.write(render(text))
-        return 0
+        return _render(args.file, args.gpu_device_class)
     if args.command == "logs":
         from disttrain.client.commands import logs_command
 
@@ -105,6 +104,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      help="seconds a job's new pods wait, once the old pods of the same names are gone (a "
                      "whole-job restart, a resume), for DNS answers naming the old addresses to expire: the "
                      "cluster DNS's pod-record TTL (CoreDNS: 5) plus a second")
+    run.add_argument("--gpu-device-class", action="append", default=[], metavar="NAME",
+                     help="a DRA DeviceClass whose devices are GPUs (repeatable), besides those whose selectors pin "
+                     "NVIDIA's driver gpu.nvidia.com: an MPI worker's claims on them give it its slots")
     run.add_argument("--verbose", "-v", action="store_true")
 
 
@@ -191,6 +193,20 @@ def _refused_by_version() -> bool:
     return problem is not None
 
 
+def _render(file: Path, gpu_device_classes: list[str]) -> int:
+    from disttrain.api.parse import SpecError
+    from disttrain.builders.claims import UncountableClaim
+    from disttrain.builders.render import render
+
+    text = sys.stdin.read() if str(file) == "-" else file.read_text()
+    try:
+        sys.stdout.write(render(text, gpu_device_classes))
+    except (SpecError, UncountableClaim) as err:  # the operator would fail the job with these words
+        print(f"disttrain render: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     import logging
     import secrets
@@ -230,10 +246,10 @@ def _run(args: argparse.Namespace) -> int:
     asyncio.run(wait_for_crd(logging.getLogger("disttrain"), login))
     memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds,
                      name_reuse_seconds=args.name_reuse_seconds, namespaces=list(args.namespace),
+                     gpu_device_classes=list(args.gpu_device_class),
                      progress=_progress_settings(args), health=health)
     kopf.run(
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
+        clusterwide=not args.namespace, namespaces=args.namespace,
         standalone=True,  # one active replica is the Lease's job, not kopf peering's
         # Given, not guessed: kopf's own guess asks for the user's name, and a container run as
         # an arbitrary UID (the chart's 65532, OpenShift's) has none: the operator died at start.

@@ -89,6 +89,10 @@ class FakeKube:
         found = self.objects.get(key_of(obj))
         return copy.deepcopy(found) if found else None
 
+    async def list_cluster(self, api_version: str, kind: str) -> list[dict[str, Any]]:
+        self.calls.append(("list", kind))
+        return [copy.deepcopy(o) for (k, _, _), o in self.objects.items() if k == kind]
+
     async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
         found = await self.get(obj)
         return found["metadata"] if found else None

@@ -25,3 +25,41 @@ def test_values_a_block_cant_hold_still_load_back() -> None:
     job = mwms_job("mw", workers=1)
     job["spec"]["tensorflow"]["worker"]["template"]["spec"]["containers"][0]["args"] = ["line \nnext\t\n", "x\n"]
     assert list(yaml.safe_load_all(render(yaml.safe_dump(job)))) == render_objects(job)
+
+
+DRA_FILE = """
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.example.com}
+spec:
+  selectors: [{cel: {expression: 'device.driver == "gpu.example.com"'}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: two-gpus}
+spec:
+  spec:
+    devices:
+      requests: [{name: gpu, exactly: {deviceClassName: gpu.example.com, count: 2}}]
+"""
+
+
+def dra_job(claim: dict[str, str]) -> str:
+    job = mpi_job("hvd", workers=2, gpus=0)
+    job["spec"]["mpi"]["worker"]["template"]["spec"]["resourceClaims"] = [claim]
+    return yaml.safe_dump(job)
+
+
+def test_a_workers_claims_in_the_same_file_give_its_slots_and_each_pod_says_what_it_gets() -> None:
+    out = render(DRA_FILE + "---\n" + dra_job({"name": "gpus", "resourceClaimTemplateName": "two-gpus"}),
+                 ["gpu.example.com"])
+    assert "hvd-worker-0.hvd.default.svc slots=2\n    hvd-worker-1.hvd.default.svc slots=2\n" in out
+    assert ("# hvd-worker-1's DRA claims:\n#   gpus: its own ResourceClaim, made from ResourceClaimTemplate two-gpus "
+            "(2 of gpu.example.com (GPUs))\n#   so 2 MPI slot(s): one per GPU claimed\n") in out
+    assert "kind: ResourceClaimTemplate" not in out, "the user's own objects are not printed"
+
+
+def test_a_claim_not_in_the_file_is_said_unknown_and_the_slots_stay_one() -> None:
+    out = render(dra_job({"name": "gpus", "resourceClaimTemplateName": "elsewhere"}))
+    assert "slots=1" in out and "slots=2" not in out
+    assert "ResourceClaimTemplate elsewhere (not in this file: its devices aren't known here)" in out

@@ -74,6 +74,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [create, get]
+# DRA: an MPI worker's ResourceClaimTemplates and ResourceClaims, each read once per job, give it
+# its slots (operator/disttrain/control/claims.py).
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaimtemplates, resourceclaims]
+  verbs: [get]
 # kopf and the operator post core/v1 events, each a create (no aggregation patches).
 - apiGroups: [""]
   resources: [events]

@@ -26,6 +26,8 @@ NUM_WORKERS_ENV = "DISTTRAIN_NUM_WORKERS"
 OMP_NUM_THREADS_ENV = "OMP_NUM_THREADS"
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# The status field keeping the GPUs an MPI worker gets through its DRA claims (control/claims.py).
+CLAIMED_GPUS = "claimedGPUsPerWorker"
 MAX_DNS_LABEL = 63
 FIELD_MANAGER = "disttrain-operator"
 # spec.managedBy: this operator's own value (the same as leaving it unset), and Kueue's MultiKueue
@@ -33,3 +35,10 @@ FIELD_MANAGER = "disttrain-operator"
 # (pkg/controller/admissionchecks/multikueue/externalframeworks/adapter.go, IsJobManagedByKueue).
 MANAGED_BY_DISTTRAIN = f"{GROUP}/operator"
 MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+
+# DRA (resource.k8s.io/v1): a claim is never allocated more than 32 devices (AllocationResultsMaxSize);
+# a pod template's resourceClaims are bounded by the CRD (MAX_CLAIMS); a claim entry names its
+# ResourceClaim or ResourceClaimTemplate by a DNS subdomain, as the pod's API checks it.
+MAX_DEVICES_PER_CLAIM = 32
+MAX_CLAIMS = 32
+CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

@@ -9,9 +9,19 @@ from __future__ import annotations
 
 import yaml
 
-from disttrain.api.constants import CATEGORY, GROUP, KIND, MAX_DNS_LABEL, PLURAL, SHORT_NAME, SINGULAR, VERSION
+from disttrain.api.constants import (
+    CATEGORY,
+    CLAIMED_GPUS,
+    GROUP,
+    KIND,
+    MAX_DNS_LABEL,
+    PLURAL,
+    SHORT_NAME,
+    SINGULAR,
+    VERSION,
+)
 from disttrain.api.crd_checkpoint import checkpoint_status_schema, last_checkpoint_schema
-from disttrain.api.crd_restarts import DELETED_PODS, PREVIOUS_PODS
+from disttrain.api.crd_restarts import CLAIMED_GPUS_SCHEMA, DELETED_PODS, PREVIOUS_PODS
 from disttrain.api.crd_run_policy import gang_size_rule, run_policy_schema
 from disttrain.api.crd_spec import (
     FlowMapping,
@@ -79,7 +89,7 @@ def status_schema() -> Schema:
                              "restarts by the kubelet."),
             "operatorRestarts": int_field("The part of restarts that does not come from the current pods' containers: "
                                      "operator restarts and the container restarts of pods it replaced."),
-            "deletedPods": DELETED_PODS, "previousPods": PREVIOUS_PODS,
+            "deletedPods": DELETED_PODS, "previousPods": PREVIOUS_PODS, CLAIMED_GPUS: CLAIMED_GPUS_SCHEMA,
             "replicaStatuses": {
                 "type": "object",
                 "description": "Pod counts per replica type.",

@@ -1,10 +1,11 @@
-"""The status a job's restarts keep so that an operator restarted midway finishes them as begun:
-which pods it deleted (`deletedPods`), and the old pods a new attempt's pods wait out
-(`previousPods`: decide/name_reuse_steps.py)."""
+"""The status a job keeps so that an operator restarted midway goes on as begun: which pods it
+deleted (`deletedPods`), the old pods a new attempt's pods wait out (`previousPods`:
+decide/name_reuse_steps.py), and the GPUs its MPI workers' DRA claims give them
+(`claimedGPUsPerWorker`: decide/claim_steps.py)."""
 
 from __future__ import annotations
 
-from disttrain.api.crd_spec import Schema, string_field
+from disttrain.api.crd_spec import Schema, int_field, string_field
 
 DELETED_PODS: Schema = {
     "type": "array", "items": {"type": "string"},
@@ -21,3 +22,8 @@ PREVIOUS_PODS: Schema = {
                    "names an old pod's address any more. Removed once they are made.",
     "properties": {"goneAt": string_field("When the last of them was found gone.", format="date-time")},
 }
+
+
+CLAIMED_GPUS_SCHEMA: Schema = int_field(
+    "GPUs each MPI worker gets through its DRA resourceClaims, as the operator counted them from the claims' "
+    "objects: its slots when neither spec.mpi.slotsPerWorker nor nvidia.com/gpu says.", minimum=0)

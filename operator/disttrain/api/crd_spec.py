@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Any
 
 from disttrain.api import defaults, topology
-from disttrain.api.constants import MANAGED_BY_DISTTRAIN, MANAGED_BY_MULTIKUEUE
+from disttrain.api.constants import CLAIM_NAME_PATTERN, MANAGED_BY_DISTTRAIN, MANAGED_BY_MULTIKUEUE, MAX_CLAIMS
 from disttrain.api.parse import (
     GLOO_NEEDS_COMMAND,
     GLOO_NO_LAUNCHER,
@@ -86,6 +86,7 @@ def replica_spec(role: str, description: str, *, minimum: int = 0, maximum: int 
     containers = template["properties"]["spec"]["properties"]["containers"]
     containers.update({"minItems": 1, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     template["properties"]["metadata"]["x-kubernetes-validations"] = topology.template_rules()
+    claim_entry_rules(template["properties"]["spec"]["properties"]["resourceClaims"])
     template["description"] = (
         f"Pod template for the {role} pods, a Kubernetes PodTemplateSpec. The operator adds the name, "
         "hostname, subdomain, labels, owner reference and environment (TF_CONFIG, DISTTRAIN_*); "
@@ -106,6 +107,19 @@ def replica_spec(role: str, description: str, *, minimum: int = 0, maximum: int 
             "template": template,
         },
     }
+
+
+def claim_entry_rules(claims: Schema) -> None:
+    """A DRA claim entry names a template (a claim per pod) or a claim (shared), never both or
+    neither, by a DNS name; two of one name can't be told apart by a container's resources.claims.
+    As the pod's API says, refused at apply instead of at the pod's create."""
+    claims.update({"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"], "maxItems": MAX_CLAIMS})
+    for field in ("resourceClaimName", "resourceClaimTemplateName"):
+        claims["items"]["properties"][field].update({"pattern": CLAIM_NAME_PATTERN, "maxLength": 253})
+    claims["items"]["x-kubernetes-validations"] = [{
+        "rule": "has(self.resourceClaimName) != has(self.resourceClaimTemplateName)",
+        "message": "a resourceClaims entry sets exactly one of resourceClaimName (a claim its pods share) and "
+                   "resourceClaimTemplateName (a claim made for each pod)"}]
 
 
 def tensorflow_schema() -> Schema:

@@ -114,6 +114,9 @@ class MPISpec:
     ssh_auth_mount_path: str = defaults.MPI_SSH_AUTH_MOUNT_PATH
     launcher_start: LauncherStart = LauncherStart(defaults.MPI_LAUNCHER_START)
     elastic: Elastic | None = None  # None: a fixed number of workers
+    # GPUs a worker gets through its DRA claims, as the controller read them (control/claims.py);
+    # None: not read (no claims, or `disttrain render` without the claims' objects).
+    claimed_gpus: int | None = None
 
     @property
     def replicas(self) -> Mapping[str, ReplicaSpec]:

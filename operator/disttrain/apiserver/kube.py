@@ -30,7 +30,9 @@ from disttrain.apiserver.rest import (
 # WorkloadPriorityClass are cluster-scoped.
 PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps", "Secret": "secrets",
            "Workload": "workloads", "PodGroup": "podgroups", "ResourceFlavor": "resourceflavors",
-           "WorkloadPriorityClass": "workloadpriorityclasses", "NetworkPolicy": "networkpolicies"}
+           "WorkloadPriorityClass": "workloadpriorityclasses", "NetworkPolicy": "networkpolicies",
+           "ResourceClaimTemplate": "resourceclaimtemplates", "ResourceClaim": "resourceclaims",
+           "DeviceClass": "deviceclasses"}
 JOBS = f"{GROUP}/{VERSION}"
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,17 @@ def object_path(obj: Mapping[str, Any], subresource: str | None = None, *, named
     meta = obj["metadata"]
     return path(str(obj["apiVersion"]), PLURALS[obj["kind"]], meta.get("namespace"),
                 meta["name"] if named else None, subresource)
+
+
+def event_body(namespace: str, name: str, uid: str, event_type: str, reason: str, message: str, instance: str,
+               now: str) -> dict[str, Any]:
+    """A core/v1 Event about the job, its message cut to 1 KiB."""
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": name, "namespace": namespace,
+                               "uid": uid},
+            "type": event_type, "reason": reason, "message": message[:1024], "firstTimestamp": now,
+            "lastTimestamp": now, "count": 1, "source": {"component": FIELD_MANAGER},
+            "reportingComponent": f"{GROUP}/operator", "reportingInstance": instance}
 
 
 class Kube:
@@ -155,6 +168,16 @@ class Kube:
                 return None
             raise
         return found
+
+    async def list_cluster(self, api_version: str, kind: str) -> list[dict[str, Any]]:
+        """Every object of a cluster-scoped kind (DeviceClasses: a handful); none if the API isn't served."""
+        try:
+            found: dict[str, Any] = await self.rest.request("GET", path(api_version, PLURALS[kind]))
+        except ApiError as err:
+            if err.status == 404:
+                return []
+            raise
+        return list(found.get("items") or [])
 
     async def get_metadata(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
         """Only the object's metadata (a PartialObjectMetadata read; None if absent): whose it is,
@@ -272,21 +295,6 @@ class Kube:
     async def post_event(
         self, namespace: str, name: str, uid: str, event_type: str, reason: str, message: str
     ) -> None:
-        now = timestamp(datetime.datetime.now(datetime.UTC))
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": API_VERSION, "kind": KIND, "name": name, "namespace": namespace,
-                               "uid": uid},
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "source": {"component": FIELD_MANAGER},
-            "reportingComponent": f"{GROUP}/operator",
-            "reportingInstance": self.instance,
-        }
+        event = event_body(namespace, name, uid, event_type, reason, message, self.instance,
+                           timestamp(datetime.datetime.now(datetime.UTC)))
         await self.rest.request("POST", path("v1", "events", namespace), body=event)

@@ -56,10 +56,11 @@ def secret_name(job: JobRef) -> str:
 
 
 def slots_per_worker(mpi: MPISpec) -> int:
-    """Explicit slotsPerWorker, else the GPUs a worker asks for (one rank per GPU), else 1."""
+    """Explicit slotsPerWorker, else the GPUs a worker asks for (one rank per GPU: nvidia.com/gpu,
+    else the devices its DRA claims allocate of GPU device classes), else 1."""
     if mpi.slots_per_worker is not None:
         return mpi.slots_per_worker
-    return template_gpus(mpi.worker.template) or 1
+    return template_gpus(mpi.worker.template) or mpi.claimed_gpus or 1
 
 
 def host_line(implementation: MPIImplementation, host: str, slots: int) -> str:

@@ -3,6 +3,7 @@ through the same pure builders the operator uses."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
@@ -11,7 +12,7 @@ from disttrain.api.constants import KIND, REPLICA_INDEX_LABEL
 from disttrain.api.objects import JobRef
 from disttrain.api.parse import parse_spec
 from disttrain.api.spec import GangProvider, JobSpec
-from disttrain.builders import gang, gloo
+from disttrain.builders import gang, gloo, render_claims
 from disttrain.builders.desired import job_pod, supporting_objects
 from disttrain.builders.mpi import SSHKeys, slots_per_worker
 from disttrain.builders.pods import desired_pod_keys
@@ -21,11 +22,12 @@ PLACEHOLDER_KEYS = SSHKeys(private="<a private key made for this job by the oper
                            public="ssh-ed25519 <the matching public key>")
 
 
-def render_objects(job: dict[str, Any]) -> list[dict[str, Any]]:
+def render_objects(job: dict[str, Any], spec: JobSpec | None = None) -> list[dict[str, Any]]:
+    """`spec`: the job's, parsed (with what render_claims found), or None to parse it here."""
     meta = job.get("metadata") or {}
     ref = JobRef(name=meta.get("name", "job"), namespace=meta.get("namespace") or "default",
                  uid=meta.get("uid") or "<uid of the DistTrainJob>")
-    spec = parse_spec(job.get("spec") or {})
+    spec = spec if spec is not None else parse_spec(job.get("spec") or {})
     workers = range(spec.mpi.worker.replicas) if spec.mpi else ()
     provider = rendered_provider(spec)
     return [*supporting_objects(ref, spec, PLACEHOLDER_KEYS, list(workers), provider),
@@ -72,12 +74,14 @@ def rank_comment(spec: JobSpec, obj: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(text: str) -> str:
-    # Other documents of the file (a PVC beside the job, say) are the user's own: not shown.
-    docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == KIND]
+def render(text: str, gpu_device_classes: Iterable[str] = ()) -> str:
+    """Other documents of the file (a PVC beside the job, say) are the user's own: not shown; its
+    DRA objects (a ResourceClaimTemplate, a DeviceClass) say what the claims give (render_claims.py)."""
+    everything = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    found = render_claims.file_claims(everything, gpu_device_classes)
     parts: list[str] = []
-    for doc in docs:
-        spec = parse_spec(doc.get("spec") or {})
-        parts.extend(rank_comment(spec, obj) + yaml.dump(obj, Dumper=_ManifestDumper, sort_keys=False)
-                     for obj in render_objects(doc))
+    for doc in (d for d in everything if d.get("kind") == KIND):
+        spec = render_claims.with_claimed_gpus(parse_spec(doc.get("spec") or {}), found)
+        parts.extend(rank_comment(spec, obj) + render_claims.claims_comment(spec, obj, found)
+                     + yaml.dump(obj, Dumper=_ManifestDumper, sort_keys=False) for obj in render_objects(doc, spec))
     return "---\n".join(parts)

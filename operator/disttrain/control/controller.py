@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from disttrain.api.objects import JobRef
@@ -26,6 +26,7 @@ from disttrain.apiserver.retries import Explained
 from disttrain.builders import mpi
 from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.children import Children
+from disttrain.control.claims import Claims
 from disttrain.control.expectations import Expectations
 from disttrain.control.groups import Groups
 from disttrain.control.progress_book import ProgressBook
@@ -61,11 +62,10 @@ class Controller:
     # the plain client's was 3.3; at 80, 4.1 and 3.8 (issue 25).
     def __init__(self, kube: KubeAPI, workers: int = 16, create_concurrency: int = 80,
                  clock: Clock | None = None, resync_seconds: float = RESYNC_SECONDS,
-                 report_to: ProgressEndpoint | None = None,
-                 progress_interval: float = REPORTED_PROGRESS_INTERVAL, name_reuse_seconds: float = 0.0) -> None:
-        self.kube = kube
+                 report_to: ProgressEndpoint | None = None, progress_interval: float = REPORTED_PROGRESS_INTERVAL,
+                 name_reuse_seconds: float = 0.0, gpu_device_classes: Sequence[str] = ()) -> None:
+        self.kube, self.resync_seconds = kube, resync_seconds
         self.name_reuse_seconds = name_reuse_seconds  # decide/name_reuse_steps.py
-        self.resync_seconds = resync_seconds
         self.clock: Clock = clock or SystemClock()
         self.queue: WorkQueue[JobKey] = WorkQueue(self.reconcile_key, workers=workers, on_failure=self._retrying)
         self.expectations: dict[JobKey, Expectations] = {}
@@ -79,6 +79,7 @@ class Controller:
         self.refusals: dict[JobKey, create_refusals.Refusal] = {}
         self.telling = Telling(kube, self.clock)
         self.groups = Groups(kube, self.clock)
+        self.claims = Claims(kube, self.clock, gpu_device_classes)
         self.queues = Queues(kube, self.clock)
         self.namespaces = Namespaces(kube, self.clock)
         self.children = Children(kube, self.groups, create_concurrency)
@@ -137,6 +138,7 @@ class Controller:
                 self.ssh_keys[ref.uid] = generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
         job = await self.groups.observe(job)
+        job = await self.claims.observe(job, any(p.owner_uid == ref.uid for p in self._pods.get(key, ())))
         job = await self.queues.observe(job, meta.get("labels") or {}, meta.get("annotations") or {},
                                         self._workloads.get(key, ()))
         pods = self._observed_pods(key, ref, job.status.get("deletedPods") or ())
@@ -167,6 +169,7 @@ class Controller:
             self.children.forget(uid)
             self.ssh_keys.pop(uid, None)
             self.groups.forget(uid)
+            self.claims.forget(uid)
 
     def role_of(self, key: JobKey, pod: ObservedPod) -> Role | None:
         """What `pod` may report for its job (api/progress.py), from the job as indexed."""

@@ -15,6 +15,7 @@ from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import GangProvider, JobSpec, ReplicaType
 from disttrain.api.status import Phase, enter_phase, ready_column, replica_statuses, timestamp
 from disttrain.builders import gang, mpi, scheduling
+from disttrain.builders.claims import ClaimReading
 from disttrain.builders.gang import GroupStatus
 from disttrain.builders.naming import pod_name
 from disttrain.builders.pods import desired_pod_keys
@@ -48,6 +49,8 @@ class JobState:
     report_to: ProgressEndpoint | None = None
     # Seconds a pod name waits, once its old pod is gone, before a new pod takes it (name_reuse_steps.py).
     name_reuse_seconds: float = 0.0
+    # What was read of an MPI job's workers' DRA claims (control/claims.py; decide/claim_steps.py).
+    claims: ClaimReading = ClaimReading()
 
 
 class Pass:

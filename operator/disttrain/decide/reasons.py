@@ -27,6 +27,7 @@ class Reason(StrEnum):
     WAITING_FOR_WORKERS = "WaitingForWorkers"
     WAITING_FOR_PREVIOUS_JOB = "WaitingForPreviousJob"
     WAITING_FOR_GANG = "WaitingForGang"
+    WAITING_FOR_CLAIMS = "WaitingForClaims"  # a ResourceClaim(Template) its workers name is not there yet
     UNSCHEDULABLE = "Unschedulable"  # a pod the scheduler can't place (its own words follow)
     IMAGE_PULL_BACKOFF = "ImagePullBackOff"  # a container image that can't be pulled
     CRASH_LOOP_BACKOFF = "CrashLoopBackOff"  # a container that keeps crashing

@@ -8,7 +8,8 @@ is decided:
     managed elsewhere? -> (spec.managedBy) only its Workload, for MultiKueue: dispatch_steps
     finished?   -> clean up, delete after the TTL
     suspended?  -> delete the pods, phase Suspended
-    otherwise   -> resume, then: deadline, success, fatal failure, restart, kubelet backoff, start
+    otherwise   -> resume, then: uncountable GPU claims, queue, gang, deadline, success, fatal
+                   failure, restart, kubelet backoff, claim objects not there yet, start
 
 Only the job's own pods count: those whose controller reference carries its UID. Pods of an
 earlier job of the same name (deleted, its pods not yet collected) are waited out, never counted.
@@ -28,6 +29,7 @@ from disttrain.builders import gang, mpi
 from disttrain.builders.desired import config_map, job_pod, supporting_objects
 from disttrain.decide import (
     checkpoint_steps,
+    claim_steps,
     dispatch_steps,
     elastic_steps,
     final_steps,
@@ -57,10 +59,12 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
         suspend(p)
     else:
         resume_if_suspended(p)
-        (queue_steps.hold_in_queue(p) or gang_steps.choose_provider(p) or fail_past_deadline(p) or succeed(p)
-         or fail_fatally(p) or restart_failed(p) or restart_below_min(p) or fail_kubelet_backoff(p) or start(p))
+        (claim_steps.refuse_uncountable(p) or queue_steps.hold_in_queue(p) or gang_steps.choose_provider(p)
+         or fail_past_deadline(p) or succeed(p) or fail_fatally(p) or restart_failed(p) or restart_below_min(p)
+         or fail_kubelet_backoff(p) or claim_steps.wait_for_claims(p) or start(p))
     queue_steps.report(p)
     elastic_steps.report(p)
+    claim_steps.record(p)
     final_steps.report_progress(p)
     checkpoint_steps.drop_when_not_stopping(p)
     final_steps.delete_after_ttl(p)

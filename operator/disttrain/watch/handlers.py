@@ -84,7 +84,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     controller = Controller(kube, workers=int(memo.get("workers", 16)),
                             resync_seconds=float(memo.get("resync_seconds", RESYNC_SECONDS)), report_to=report_to,
                             progress_interval=progress.status_seconds if progress else REPORTED_PROGRESS_INTERVAL,
-                            name_reuse_seconds=float(memo.get("name_reuse_seconds", 0.0)))
+                            name_reuse_seconds=float(memo.get("name_reuse_seconds", 0.0)),
+                            gpu_device_classes=list(memo.get("gpu_device_classes") or ()))
     pods = PodWatch(rest, memo.get("namespaces") or (), changed=controller.queue.add,
                     deleted=controller.tombstones.pod_deleted)
     controller.bind(pods=pods.view)

@@ -1,0 +1,133 @@
+"""What the controller reads of a job's DRA claims (builders/claims.py counts them, purely).
+
+An MPI job's worker slots default to its GPUs, and a worker that gets them through
+`resourceClaims` names objects in the cluster: a ResourceClaimTemplate (a claim made per pod) or a
+ResourceClaim (one claim shared). Their specs are immutable (resource.k8s.io/v1), so each is read
+once and kept for the job's life; which DeviceClasses are GPUs is read at most once a minute. A job
+whose worker slots are set (`slotsPerWorker`) or that asks for `nvidia.com/gpu` reads nothing.
+
+The answer goes into the job's spec (`MPISpec.claimed_gpus`), so every builder (hostfile,
+`-np`, discover_hosts.sh, Gloo's ranks) reads it as it reads nvidia.com/gpu. What can't be counted
+(a GPU request of mode All, alternatives of different counts, a shared GPU claim on several
+workers) is said as the job's trouble, and the job fails naming the claim. A claim object not
+there yet (applied with the job, a moment later) is waited for (decide/claim_steps.py); once
+counted, the count is kept in the job's status, which stands in for an object deleted later.
+
+Each job reads its claims' objects itself (kept by job UID, not by name): a template deleted and
+made again with another spec under the same name counts anew for the next job, never for a job
+whose pods were made from the old one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from disttrain.api.constants import CLAIMED_GPUS, MAX_CLAIMS
+from disttrain.api.status import FINISHED, Phase
+from disttrain.builders import claims
+from disttrain.builders.claims import ClaimReading
+from disttrain.builders.resources import template_gpus
+from disttrain.decide.passes import JobState
+from disttrain.runtime.clock import Clock
+
+log = logging.getLogger(__name__)
+
+RESOURCE_API = "resource.k8s.io/v1"
+DEVICE_CLASS_TTL_SECONDS = 60.0
+MAX_JOBS = 1024  # jobs whose claim specs are kept at once (each until its count is in its status)
+
+
+class ClaimAPI(Protocol):
+    async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None: ...
+    async def list_cluster(self, api_version: str, kind: str) -> list[dict[str, Any]]: ...
+
+
+class Claims:
+    def __init__(self, kube: ClaimAPI, clock: Clock, gpu_classes: Iterable[str] = ()) -> None:
+        self.kube, self.clock, self.named = kube, clock, frozenset(gpu_classes)
+        # job uid -> "template/<name>" or "claim/<name>" -> its claim spec, until the count is kept
+        self.specs: dict[str, dict[str, dict[str, Any]]] = {}
+        self._classes: tuple[float, frozenset[str]] | None = None
+
+    def forget(self, uid: str) -> None:
+        self.specs.pop(uid, None)
+
+    async def observe(self, job: JobState, has_pods: bool) -> JobState:
+        """`job` with what was read of its workers' claims (`job.claims`, `MPISpec.claimed_gpus`).
+        Counted once: the count kept in its status is final (its pods' hostfile was built from it,
+        whatever happens since to the objects or the DeviceClasses). A job whose pods were made
+        before it could be counted (by an operator older than this) keeps their slots until it
+        has none (a whole-job restart, a resume)."""
+        mpi = job.spec.mpi
+        if (mpi is None or mpi.slots_per_worker is not None or template_gpus(mpi.worker.template)
+                or Phase(job.status.get("phase") or Phase.PENDING) in FINISHED):
+            return job
+        kept = job.status.get(CLAIMED_GPUS)
+        if isinstance(kept, int) and not isinstance(kept, bool) and 0 <= kept <= claims.MAX_PER_WORKER:
+            reading = ClaimReading(gpus=kept)
+            self.forget(job.ref.uid)
+        elif has_pods and job.status.get("phase"):  # a new job's first status follows its first pods
+            return job
+        else:
+            reading = await self._read(job)
+        if reading.gpus:
+            job = dataclasses.replace(job, spec=dataclasses.replace(
+                job.spec, mpi=dataclasses.replace(mpi, claimed_gpus=reading.gpus)))
+        return dataclasses.replace(job, claims=reading)
+
+    async def _read(self, job: JobState) -> ClaimReading:
+        mpi = job.spec.mpi
+        assert mpi is not None
+        try:
+            wanted = claims.pod_claims(mpi.worker.template)
+        except claims.UncountableClaim as err:
+            return ClaimReading(trouble=str(err))
+        if not wanted:
+            return ClaimReading()
+        specs = {}
+        for claim in wanted[:MAX_CLAIMS]:
+            key = f"template/{claim.template}" if claim.template else f"claim/{claim.shared}"
+            found = await self._spec(job.ref.uid, job.ref.namespace, key)
+            if found is None:
+                kind = "ResourceClaimTemplate" if claim.template else "ResourceClaim"
+                return ClaimReading(missing=f"{kind} {claim.template or claim.shared}")
+            specs[key] = found
+        gpu_classes = await self.gpu_classes()
+        try:
+            gpus = claims.template_claim_gpus(mpi.worker.template, specs, gpu_classes)
+        except claims.UncountableClaim as err:
+            return ClaimReading(trouble=str(err))
+        shared = claims.shared_gpu_claims(mpi.worker.template, specs, gpu_classes)
+        most = mpi.elastic.max_replicas if mpi.elastic is not None else mpi.worker.replicas
+        if shared and most > 1:
+            return ClaimReading(trouble=(
+                f"spec.mpi.worker: ResourceClaim {shared[0]} allocates GPUs and is shared by all "
+                f"{most} workers, which would all get the same devices: use a "
+                f"ResourceClaimTemplate (a claim per pod)"))
+        return ClaimReading(gpus=gpus)
+
+    async def _spec(self, uid: str, namespace: str, key: str) -> dict[str, Any] | None:
+        if key in self.specs.get(uid, {}):
+            return self.specs[uid][key]
+        kind, name = key.split("/", 1)
+        obj = {"apiVersion": RESOURCE_API, "metadata": {"namespace": namespace, "name": name},
+               "kind": "ResourceClaimTemplate" if kind == "template" else "ResourceClaim"}
+        found = await self.kube.get(obj)
+        if found is None:
+            return None
+        held = found.get("spec") or {}
+        spec = dict(held.get("spec") or {}) if kind == "template" else dict(held)
+        if uid not in self.specs and len(self.specs) >= MAX_JOBS:
+            self.specs.pop(next(iter(self.specs)))
+        self.specs.setdefault(uid, {})[key] = spec
+        return spec
+
+    async def gpu_classes(self) -> frozenset[str]:
+        now = self.clock.monotonic()
+        if self._classes is None or now - self._classes[0] > DEVICE_CLASS_TTL_SECONDS:
+            found = await self.kube.list_cluster(RESOURCE_API, "DeviceClass")
+            self._classes = (now, claims.gpu_device_classes(found, self.named))
+        return self._classes[1]

@@ -1,0 +1,108 @@
+"""GPUs through DRA claims (builders/claims.py): which device classes are GPUs, and how many a
+pod's claims allocate, counted as the scheduler and Kueue v0.19.2 count them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from disttrain.builders.claims import (
+    UncountableClaim,
+    claim_gpus,
+    driver_of,
+    gpu_device_classes,
+    pod_claims,
+    shared_gpu_claims,
+    template_claim_gpus,
+)
+
+NVIDIA = {"metadata": {"name": "gpu.nvidia.com"}, "spec": {"selectors": [{"cel": {
+    "expression": "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}}
+MIG = {"metadata": {"name": "mig.nvidia.com"}, "spec": {"selectors": [{"cel": {
+    "expression": 'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "mig"'}}]}}
+EXAMPLE = {"metadata": {"name": "gpu.example.com"}, "spec": {"selectors": [{"cel": {
+    "expression": "device.driver == 'gpu.example.com'"}}]}}
+NIC = {"metadata": {"name": "rdma.example.com"}, "spec": {"selectors": [{"cel": {
+    "expression": "device.driver == 'rdma.example.com'"}}]}}
+GPUS = gpu_device_classes([NVIDIA, EXAMPLE, NIC], ["gpu.example.com"])  # the example driver's, named
+
+
+def exactly(cls: str, count: int | None = None, mode: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"deviceClassName": cls}
+    if count is not None:
+        body["count"] = count
+    if mode is not None:
+        body["allocationMode"] = mode
+    return body
+
+
+def spec(*requests: dict[str, Any]) -> dict[str, Any]:
+    return {"devices": {"requests": [{"name": f"r{i}", **r} for i, r in enumerate(requests)]}}
+
+
+def test_nvidias_classes_are_gpus_by_their_driver_and_others_only_when_named() -> None:
+    assert driver_of(NVIDIA) == driver_of(MIG) == "gpu.nvidia.com" and driver_of({"spec": {}}) is None
+    assert gpu_device_classes([NVIDIA, MIG, EXAMPLE, NIC]) == {"gpu.nvidia.com", "mig.nvidia.com"}
+    assert gpu_device_classes([NVIDIA, EXAMPLE], ["gpu.example.com"]) == {"gpu.nvidia.com", "gpu.example.com"}
+
+
+def test_a_claim_counts_its_gpu_requests_exact_counts_defaulting_to_one() -> None:
+    gpus = frozenset({"gpu.nvidia.com"})
+    assert claim_gpus(spec({"exactly": exactly("gpu.nvidia.com", 2)}), gpus) == 2
+    assert claim_gpus(spec({"exactly": exactly("gpu.nvidia.com")}, {"exactly": exactly("rdma.example.com", 4)},
+                           {"exactly": exactly("gpu.nvidia.com", 3, "ExactCount")}), gpus) == 4
+    assert claim_gpus({}, gpus) == 0
+
+
+def test_alternatives_count_when_they_agree_and_all_of_a_node_never_does() -> None:
+    gpus = frozenset({"gpu.nvidia.com", "gpu.example.com"})
+    same = {"firstAvailable": [{"name": "a", **exactly("gpu.nvidia.com", 2)},
+                               {"name": "b", **exactly("gpu.example.com", 2)}]}
+    assert claim_gpus(spec(same), gpus) == 2
+    differ = {"firstAvailable": [{"name": "a", **exactly("gpu.nvidia.com", 4)},
+                                 {"name": "b", **exactly("gpu.nvidia.com", 2)}]}
+    with pytest.raises(UncountableClaim, match=r"requests\[0\] \(r0\): firstAvailable alternatives of \[2, 4\]"):
+        claim_gpus(spec(differ), gpus)
+    with pytest.raises(UncountableClaim, match=r"allocationMode All of device class gpu\.nvidia\.com"):
+        claim_gpus(spec({"exactly": exactly("gpu.nvidia.com", mode="All")}), gpus)
+    assert claim_gpus(spec({"exactly": exactly("rdma.example.com", mode="All")}), gpus) == 0, "not a GPU: not counted"
+
+
+def test_a_pods_gpus_are_its_claims_templates_and_shared_claims_named_as_such() -> None:
+    template = {"spec": {"resourceClaims": [
+        {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
+        {"name": "nic", "resourceClaimTemplateName": "one-nic"},
+        {"name": "shared", "resourceClaimName": "team-gpu"},
+        {"name": "unknown", "resourceClaimTemplateName": "not-read"},
+        {"resourceClaimTemplateName": "nameless"}]}}
+    assert [c.name for c in pod_claims(template)] == ["gpus", "nic", "shared", "unknown"]
+    specs = {"template/two-gpus": spec({"exactly": exactly("gpu.example.com", 2)}),
+             "template/one-nic": spec({"exactly": exactly("rdma.example.com")}),
+             "claim/team-gpu": spec({"exactly": exactly("gpu.nvidia.com")})}
+    assert template_claim_gpus(template, specs, GPUS) == 3
+    assert shared_gpu_claims(template, specs, GPUS) == ["team-gpu"]
+    assert template_claim_gpus({"spec": {}}, specs, GPUS) == 0
+
+
+def test_counts_a_claim_cant_be_allocated_or_that_are_no_number_are_refused_and_admin_access_counts_none() -> None:
+    gpus = frozenset({"gpu.nvidia.com"})
+    for count in (0, -3, 33, True, "2", 2.5, None):
+        request = {"exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
+        with pytest.raises(UncountableClaim, match="is not a number of GPUs from 1 to 32"):
+            claim_gpus(spec(request), gpus)
+    many = [{"name": f"r{i}", "exactly": exactly("gpu.nvidia.com", 30)} for i in range(2)]
+    with pytest.raises(UncountableClaim, match="more than 32 GPUs"):
+        claim_gpus({"devices": {"requests": many}}, gpus)
+    watch = {"exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8, "adminAccess": True}}
+    assert claim_gpus(spec(watch), gpus) == 0
+    for malformed in ({"devices": {"requests": "x"}}, {"devices": [1]}, {"devices": {"requests": [
+            {"exactly": {"deviceClassName": ["gpu.nvidia.com"]}}, 7, {"firstAvailable": "x"}]}}):
+        assert claim_gpus(malformed, gpus) == 0
+
+
+def test_a_class_pinning_the_driver_either_way_round_is_a_gpu_class() -> None:
+    flipped = {"metadata": {"name": "flipped"},
+               "spec": {"selectors": [{"cel": {"expression": "'gpu.nvidia.com' == device.driver"}}]}}
+    assert driver_of(flipped) == "gpu.nvidia.com"
+    assert driver_of({"spec": {"selectors": "junk"}}) is None
