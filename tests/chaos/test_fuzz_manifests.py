@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 from kubernetes import client
 
@@ -27,6 +27,11 @@ from support import Cluster, OperatorProcess, wait_for
 FULL = os.environ.get("DISTTRAIN_CHAOS") == "full"
 EXAMPLES = int(os.environ.get("DISTTRAIN_FUZZ_API_EXAMPLES", "300" if FULL else "40"))
 MAX_RUN_PODS = 8
+# The quick run's draws, pinned. Derandomized alone, Hypothesis seeds them from a digest of the test
+# that changed with what else the session collected: the clean-clone run of the DRA change drew 40
+# that the API server refused but for 3 regressions (`pytest tests -k fuzzed` drew them; this file
+# alone drew 10 accepted), where the seed draws 13 accepted either way.
+SEED = 20261126
 ODD_VALUES = ["x", "", "ü" * 300, -1, 0, 65536, 2**31, 2**63, 10_000, 1.5, True, None, [], {}, ["a"], {"a": 1}]
 
 
@@ -94,6 +99,10 @@ REGRESSIONS = [
 ]
 
 
+def pinned(test: Any) -> Any:
+    return test if FULL else seed(SEED)(test)
+
+
 def with_regressions(test: Any) -> Any:
     for case in REGRESSIONS:
         test = example(drawn=case)(test)
@@ -123,6 +132,7 @@ def test_fuzzed_manifests_are_refused_with_a_message_or_get_a_phase(
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                      HealthCheck.data_too_large])
     @given(drawn=manifests)
+    @pinned
     @with_regressions
     def submit(drawn: tuple[str, dict[str, Any]]) -> None:
         raw_name, spec = drawn
