@@ -63,3 +63,9 @@ def test_a_claim_not_in_the_file_is_said_unknown_and_the_slots_stay_one() -> Non
     out = render(dra_job({"name": "gpus", "resourceClaimTemplateName": "elsewhere"}))
     assert "slots=1" in out and "slots=2" not in out
     assert "ResourceClaimTemplate elsewhere (not in this file: its devices aren't known here)" in out
+
+
+def test_a_claim_object_of_the_wrong_shape_in_the_file_counts_nothing() -> None:
+    broken = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: two-gpus}\nspec: [1]\n"
+    out = render(broken + "---\n" + dra_job({"name": "gpus", "resourceClaimTemplateName": "two-gpus"}))
+    assert "slots=1" in out and "ResourceClaimTemplate two-gpus (no devices)" in out

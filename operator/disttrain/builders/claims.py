@@ -40,6 +40,33 @@ class PodClaim:
     template: str | None  # resourceClaimTemplateName: a claim per pod
     shared: str | None  # resourceClaimName: one claim for every pod naming it
 
+    @property
+    def kind(self) -> str:
+        """The kind of the object it names."""
+        return "ResourceClaimTemplate" if self.template else "ResourceClaim"
+
+    @property
+    def object_name(self) -> str:
+        return str(self.template or self.shared)
+
+    @property
+    def key(self) -> str:
+        """How its object's claim spec is looked up (`claim_key`)."""
+        return claim_key(self.kind, self.object_name)
+
+
+def claim_key(kind: str, name: str) -> str:
+    """A claim spec's key: `template/<name>` (a ResourceClaimTemplate) or `claim/<name>` (a ResourceClaim)."""
+    return f"{'template' if kind == 'ResourceClaimTemplate' else 'claim'}/{name}"
+
+
+def claim_spec(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim spec of a ResourceClaimTemplate (its spec.spec) or a ResourceClaim (its spec)."""
+    held = obj.get("spec")
+    if isinstance(held, Mapping) and obj.get("kind") == "ResourceClaimTemplate":
+        held = held.get("spec")
+    return dict(held) if isinstance(held, Mapping) else {}
+
 
 @dataclass(frozen=True)
 class ClaimReading:
@@ -143,8 +170,7 @@ def template_claim_gpus(template: Mapping[str, Any], specs: Mapping[str, Mapping
     spec). A claim whose spec isn't there counts none."""
     total = 0
     for claim in pod_claims(template):
-        key = f"template/{claim.template}" if claim.template else f"claim/{claim.shared}"
-        if (spec := specs.get(key)) is not None:
+        if (spec := specs.get(claim.key)) is not None:
             total += claim_gpus(spec, gpu_classes)
     return total
 
@@ -154,4 +180,4 @@ def shared_gpu_claims(template: Mapping[str, Any], specs: Mapping[str, Mapping[s
     """The shared ResourceClaims (resourceClaimName) of a template that allocate GPUs: every pod of a
     multi-pod replica naming one gets the same devices, which training with a rank per GPU can't use."""
     return [claim.shared for claim in pod_claims(template) if claim.shared and
-            (spec := specs.get(f"claim/{claim.shared}")) is not None and claim_gpus(spec, gpu_classes) > 0]
+            (spec := specs.get(claim.key)) is not None and claim_gpus(spec, gpu_classes) > 0]

@@ -24,13 +24,9 @@ class FileClaims:
 
 def file_claims(docs: Iterable[Mapping[str, Any]], named: Iterable[str] = ()) -> FileClaims:
     docs = list(docs)
-    specs: dict[str, Mapping[str, Any]] = {}
-    for doc in docs:
-        name = str((doc.get("metadata") or {}).get("name") or "")
-        if doc.get("kind") == "ResourceClaimTemplate":
-            specs[f"template/{name}"] = ((doc.get("spec") or {}).get("spec") or {})
-        elif doc.get("kind") == "ResourceClaim":
-            specs[f"claim/{name}"] = doc.get("spec") or {}
+    specs: dict[str, Mapping[str, Any]] = {
+        claims.claim_key(str(doc["kind"]), str((doc.get("metadata") or {}).get("name") or "")): claims.claim_spec(doc)
+        for doc in docs if doc.get("kind") in ("ResourceClaimTemplate", "ResourceClaim")}
     classes = [d for d in docs if d.get("kind") == "DeviceClass"]
     return FileClaims(specs, claims.gpu_device_classes(classes, {claims.NVIDIA_DRIVER, *named}))
 
@@ -42,7 +38,7 @@ def with_claimed_gpus(spec: JobSpec, found: FileClaims) -> JobSpec:
     if mpi is None:
         return spec
     wanted = claims.pod_claims(mpi.worker.template)
-    if not wanted or any(_key(c) not in found.specs for c in wanted):
+    if not wanted or any(c.key not in found.specs for c in wanted):
         return spec
     gpus = claims.template_claim_gpus(mpi.worker.template, found.specs, found.gpu_classes)
     return dataclasses.replace(spec, mpi=dataclasses.replace(mpi, claimed_gpus=gpus or None))
@@ -61,7 +57,7 @@ def claims_comment(spec: JobSpec, pod: Mapping[str, Any], found: FileClaims) -> 
         return ""
     lines = [f"# {name}'s DRA claims:"]
     for claim in entries:
-        said = _devices(found.specs.get(_key(claim)), found.gpu_classes)
+        said = _devices(found.specs.get(claim.key), found.gpu_classes)
         if claim.template:
             lines.append(f"#   {claim.name}: its own ResourceClaim, made from ResourceClaimTemplate {claim.template}"
                          f" ({said})")
@@ -72,10 +68,6 @@ def claims_comment(spec: JobSpec, pod: Mapping[str, Any], found: FileClaims) -> 
     if mpi is not None and role == ReplicaType.WORKER and mpi.slots_per_worker is None and mpi.claimed_gpus:
         lines.append(f"#   so {mpi.claimed_gpus} MPI slot(s): one per GPU claimed")
     return "\n".join(lines) + "\n"
-
-
-def _key(claim: claims.PodClaim) -> str:
-    return f"template/{claim.template}" if claim.template else f"claim/{claim.shared}"
 
 
 def _devices(spec: Mapping[str, Any] | None, gpu_classes: frozenset[str]) -> str:

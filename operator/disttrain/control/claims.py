@@ -89,12 +89,10 @@ class Claims:
             return ClaimReading()
         specs = {}
         for claim in wanted[:MAX_CLAIMS]:
-            key = f"template/{claim.template}" if claim.template else f"claim/{claim.shared}"
-            found = await self._spec(job.ref.uid, job.ref.namespace, key)
+            found = await self._spec(job.ref.uid, job.ref.namespace, claim)
             if found is None:
-                kind = "ResourceClaimTemplate" if claim.template else "ResourceClaim"
-                return ClaimReading(missing=f"{kind} {claim.template or claim.shared}")
-            specs[key] = found
+                return ClaimReading(missing=f"{claim.kind} {claim.object_name}")
+            specs[claim.key] = found
         gpu_classes = await self.gpu_classes()
         try:
             gpus = claims.template_claim_gpus(mpi.worker.template, specs, gpu_classes)
@@ -109,20 +107,17 @@ class Claims:
                 f"ResourceClaimTemplate (a claim per pod)"))
         return ClaimReading(gpus=gpus)
 
-    async def _spec(self, uid: str, namespace: str, key: str) -> dict[str, Any] | None:
-        if key in self.specs.get(uid, {}):
-            return self.specs[uid][key]
-        kind, name = key.split("/", 1)
-        obj = {"apiVersion": RESOURCE_API, "metadata": {"namespace": namespace, "name": name},
-               "kind": "ResourceClaimTemplate" if kind == "template" else "ResourceClaim"}
-        found = await self.kube.get(obj)
+    async def _spec(self, uid: str, namespace: str, claim: claims.PodClaim) -> dict[str, Any] | None:
+        if claim.key in self.specs.get(uid, {}):
+            return self.specs[uid][claim.key]
+        found = await self.kube.get({"apiVersion": RESOURCE_API, "kind": claim.kind,
+                                     "metadata": {"namespace": namespace, "name": claim.object_name}})
         if found is None:
             return None
-        held = found.get("spec") or {}
-        spec = dict(held.get("spec") or {}) if kind == "template" else dict(held)
+        spec = claims.claim_spec({**found, "kind": claim.kind})
         if uid not in self.specs and len(self.specs) >= MAX_JOBS:
             self.specs.pop(next(iter(self.specs)))
-        self.specs.setdefault(uid, {})[key] = spec
+        self.specs.setdefault(uid, {})[claim.key] = spec
         return spec
 
     async def gpu_classes(self) -> frozenset[str]:
