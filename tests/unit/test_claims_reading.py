@@ -13,6 +13,7 @@ from fakes import FakeClock
 from test_claims import EXAMPLE, NVIDIA, exactly, spec
 
 from disttrain.api.objects import JobRef
+from disttrain.api.observed import ObservedPod
 from disttrain.api.parse import parse_spec
 from disttrain.api.spec import Elastic
 from disttrain.builders.mpi import slots_per_worker
@@ -46,6 +47,9 @@ def mpi_with_claims(workers: int, *claims: dict[str, Any], slots: int | None = N
     return JobState(JobRef("hvd", "ml", uid), 1, parse_spec(job("hvd", {"mpi": mpi})["spec"]), status or {})
 
 
+# A worker pod of the job uid-1 (mpi_with_claims's), as the pod watch indexes it.
+OWN = [ObservedPod(name="hvd-worker-0", uid="pod-1", owner_uid="uid-1", replica_type="worker", index=0,
+                   phase="Running", ready=True, terminating=False, exit_code=None, reason=None, container_restarts=0)]
 TWO = {"spec": {"spec": spec({"exactly": exactly("gpu.example.com", 2)})}}
 
 
@@ -53,12 +57,12 @@ def test_a_workers_slots_are_the_gpus_its_claim_template_allocates() -> None:
     reads = Reads({("ResourceClaimTemplate", "two-gpus"): TWO})
     claims = Claims(reads, FakeClock(), gpu_classes=["gpu.example.com"])
     state = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"})
-    seen = asyncio.run(claims.observe(state, False))
+    seen = asyncio.run(claims.observe(state, []))
     assert seen.claims.gpus == 2 and seen.spec.mpi is not None and slots_per_worker(seen.spec.mpi) == 2
     assert reads.calls == [("get", "ResourceClaimTemplate", "two-gpus"), ("list", "DeviceClass", "")]
     kept = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
                            status={"claimedGPUsPerWorker": 2})
-    assert asyncio.run(claims.observe(kept, False)).claims.gpus == 2
+    assert asyncio.run(claims.observe(kept, [])).claims.gpus == 2
     assert len(reads.calls) == 2, "counted once: the status keeps it"
 
 
@@ -66,16 +70,16 @@ def test_explicit_slots_read_nothing_and_a_missing_template_is_waited_for() -> N
     reads = Reads({})
     claims = Claims(reads, FakeClock())
     set_slots = mpi_with_claims(2, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"}, slots=3)
-    assert asyncio.run(claims.observe(set_slots, False)).claims.gpus is None and not reads.calls
+    assert asyncio.run(claims.observe(set_slots, [])).claims.gpus is None and not reads.calls
     later = mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "later"})
-    missing = asyncio.run(claims.observe(later, False))
+    missing = asyncio.run(claims.observe(later, []))
     assert missing.claims.missing == "ResourceClaimTemplate later"
 
 
 def test_a_gpu_claim_shared_by_several_workers_is_refused_naming_it() -> None:
     reads = Reads({("ResourceClaim", "team"): {"spec": spec({"exactly": exactly("gpu.nvidia.com", 8)})}})
     shared = mpi_with_claims(2, {"name": "g", "resourceClaimName": "team"})
-    reading = asyncio.run(Claims(reads, FakeClock()).observe(shared, False)).claims
+    reading = asyncio.run(Claims(reads, FakeClock()).observe(shared, [])).claims
     assert reading.trouble is not None and "ResourceClaim team allocates GPUs and is shared by all 2 workers" in \
         reading.trouble
 
@@ -85,26 +89,26 @@ def test_a_count_kept_in_the_status_stands_for_a_claim_object_deleted_since() ->
     claims = Claims(Reads({}), FakeClock())
     state = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
                             status={"phase": "Running", "claimedGPUsPerWorker": 2})
-    seen = asyncio.run(claims.observe(state, False))
+    seen = asyncio.run(claims.observe(state, []))
     assert seen.claims.gpus == 2 and seen.claims.missing is None
     assert seen.spec.mpi is not None and slots_per_worker(seen.spec.mpi) == 2
     forged = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
                              status={"claimedGPUsPerWorker": "lots"})
-    assert asyncio.run(claims.observe(forged, False)).claims.missing == "ResourceClaimTemplate two-gpus"
+    assert asyncio.run(claims.observe(forged, [])).claims.missing == "ResourceClaimTemplate two-gpus"
 
 
 def test_each_job_reads_its_own_claim_objects_so_a_template_made_again_counts_anew() -> None:
     reads = Reads({("ResourceClaimTemplate", "two-gpus"): TWO})
     claims = Claims(reads, FakeClock(), gpu_classes=["gpu.example.com"])
-    asyncio.run(claims.observe(mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "two-gpus"}), False))
+    asyncio.run(claims.observe(mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "two-gpus"}), []))
     reads.objects[("ResourceClaimTemplate", "two-gpus")] = {
         "spec": {"spec": spec({"exactly": exactly("gpu.example.com", 4)})}}
     again = mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "two-gpus"}, uid="uid-2")
-    assert asyncio.run(claims.observe(again, False)).claims.gpus == 4
+    assert asyncio.run(claims.observe(again, [])).claims.gpus == 4
     assert set(claims.specs) == {"uid-1", "uid-2"}
     kept = mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "two-gpus"},
                            status={"claimedGPUsPerWorker": 2})
-    asyncio.run(claims.observe(kept, True))
+    asyncio.run(claims.observe(kept, OWN))
     assert set(claims.specs) == {"uid-2"}, "counted and kept in its status: the cache lets it go"
     claims.forget("uid-2")
     assert not claims.specs
@@ -113,7 +117,7 @@ def test_each_job_reads_its_own_claim_objects_so_a_template_made_again_counts_an
 def test_a_finished_job_reads_nothing() -> None:
     reads = Reads({})
     done = mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "x"}, status={"phase": "Succeeded"})
-    assert asyncio.run(Claims(reads, FakeClock()).observe(done, False)).claims.missing is None and not reads.calls
+    assert asyncio.run(Claims(reads, FakeClock()).observe(done, [])).claims.missing is None and not reads.calls
 
 
 def test_a_running_job_keeps_its_count_whatever_happens_to_the_classes_and_one_counted_before_keeps_its_slots() -> None:
@@ -123,14 +127,14 @@ def test_a_running_job_keeps_its_count_whatever_happens_to_the_classes_and_one_c
     claims = Claims(reads, FakeClock())  # gpu.example.com is no GPU class now
     kept = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
                            status={"phase": "Running", "claimedGPUsPerWorker": 2})
-    assert asyncio.run(claims.observe(kept, True)).claims.gpus == 2 and not reads.calls
+    assert asyncio.run(claims.observe(kept, OWN)).claims.gpus == 2 and not reads.calls
     older = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"}, status={"phase": "Running"})
-    seen = asyncio.run(claims.observe(older, True))
+    seen = asyncio.run(claims.observe(older, OWN))
     assert seen.claims.gpus is None and seen.spec.mpi is not None and seen.spec.mpi.claimed_gpus is None
     assert not reads.calls
     # A new job's first pass makes its pods before it writes any status: its second still counts.
     first = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"})
-    assert asyncio.run(Claims(reads, FakeClock(), ["gpu.example.com"]).observe(first, True)).claims.gpus == 2
+    assert asyncio.run(Claims(reads, FakeClock(), ["gpu.example.com"]).observe(first, OWN)).claims.gpus == 2
 
 
 def test_hostile_claim_entries_fail_the_job_without_a_request() -> None:
@@ -140,7 +144,7 @@ def test_hostile_claim_entries_fail_the_job_without_a_request() -> None:
                   {"name": "g", "resourceClaimName": ""},
                   {"name": "g", "resourceClaimName": "a", "resourceClaimTemplateName": "b"},
                   {"name": "g", "resourceClaimTemplateName": "x" * 254}):
-        seen = asyncio.run(Claims(reads, FakeClock()).observe(mpi_with_claims(2, entry), False))
+        seen = asyncio.run(Claims(reads, FakeClock()).observe(mpi_with_claims(2, entry), []))
         assert seen.claims.trouble is not None and "names no ResourceClaim or ResourceClaimTemplate" in \
             seen.claims.trouble, entry
     assert not reads.calls
@@ -152,5 +156,32 @@ def test_an_elastic_job_that_may_grow_past_one_worker_cant_share_a_gpu_claim() -
     assert state.spec.mpi is not None
     grows = dataclasses.replace(state, spec=dataclasses.replace(state.spec, mpi=dataclasses.replace(
         state.spec.mpi, elastic=Elastic(min_replicas=1, max_replicas=3))))
-    seen = asyncio.run(Claims(reads, FakeClock()).observe(grows, False))
+    seen = asyncio.run(Claims(reads, FakeClock()).observe(grows, []))
     assert "shared by all 3 workers" in str(seen.claims.trouble)
+
+
+def test_the_stated_bounds_hold_jobs_kept_claims_read_and_a_status_count() -> None:
+    """At most MAX_JOBS jobs' claim specs are kept; at most MAX_CLAIMS of a template's entries are read;
+    a status count past MAX_PER_WORKER is ignored; an earlier job's pods are not this job's."""
+    from disttrain.api.constants import MAX_CLAIMS
+    from disttrain.builders.claims import MAX_PER_WORKER
+    from disttrain.control.claims import MAX_JOBS
+
+    reads = Reads({("ResourceClaimTemplate", "two-gpus"): TWO})
+    claims = Claims(reads, FakeClock(), ["gpu.example.com"])
+    for i in range(MAX_JOBS + 5):
+        asyncio.run(claims.observe(mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "two-gpus"},
+                                                   uid=f"uid-{i}"), []))
+    assert len(claims.specs) == MAX_JOBS and "uid-0" not in claims.specs, "the oldest let go"
+
+    many = [{"name": f"c{i}", "resourceClaimTemplateName": f"t{i}"} for i in range(MAX_CLAIMS + 10)]
+    reads.objects.update({("ResourceClaimTemplate", f"t{i}"): TWO for i in range(MAX_CLAIMS + 10)})
+    reads.calls.clear()
+    asyncio.run(Claims(reads, FakeClock()).observe(mpi_with_claims(2, *many, uid="many"), []))
+    assert sum(1 for call in reads.calls if call[0] == "get") == MAX_CLAIMS
+
+    entry = {"name": "g", "resourceClaimTemplateName": "two-gpus"}
+    past = mpi_with_claims(2, entry, status={"phase": "Pending", "claimedGPUsPerWorker": MAX_PER_WORKER + 1})
+    assert asyncio.run(claims.observe(past, [])).claims.gpus == 2, "ignored: counted again from the claims"
+    earlier = [dataclasses.replace(OWN[0], owner_uid="an-earlier-job")]
+    assert asyncio.run(claims.observe(mpi_with_claims(2, entry, status={"phase": "Pending"}), earlier)).claims.gpus == 2

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from disttrain.api.constants import CLAIMED_GPUS, MAX_CLAIMS
+from disttrain.api.observed import ObservedPod
 from disttrain.api.status import FINISHED, Phase
 from disttrain.builders import claims
 from disttrain.builders.claims import ClaimReading
@@ -55,7 +56,7 @@ class Claims:
     def forget(self, uid: str) -> None:
         self.specs.pop(uid, None)
 
-    async def observe(self, job: JobState, has_pods: bool) -> JobState:
+    async def observe(self, job: JobState, pods: Iterable[ObservedPod]) -> JobState:
         """`job` with what was read of its workers' claims (`job.claims`, `MPISpec.claimed_gpus`).
         Counted once: the count kept in its status is final (its pods' hostfile was built from it,
         whatever happens since to the objects or the DeviceClasses). A job whose pods were made
@@ -69,7 +70,8 @@ class Claims:
         if isinstance(kept, int) and not isinstance(kept, bool) and 0 <= kept <= claims.MAX_PER_WORKER:
             reading = ClaimReading(gpus=kept)
             self.forget(job.ref.uid)
-        elif has_pods and job.status.get("phase"):  # a new job's first status follows its first pods
+        elif job.status.get("phase") and any(p.owner_uid == job.ref.uid for p in pods):
+            # (a new job's first status follows its first pods: without a phase, it is counted)
             return job
         else:
             reading = await self._read(job)

@@ -138,7 +138,7 @@ class Controller:
                 self.ssh_keys[ref.uid] = generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
         job = await self.groups.observe(job)
-        job = await self.claims.observe(job, any(p.owner_uid == ref.uid for p in self._pods.get(key, ())))
+        job = await self.claims.observe(job, self._pods.get(key, ()))
         job = await self.queues.observe(job, meta.get("labels") or {}, meta.get("annotations") or {},
                                         self._workloads.get(key, ()))
         pods = self._observed_pods(key, ref, job.status.get("deletedPods") or ())
