@@ -5,7 +5,7 @@ VENV := .cache/venv
 PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 BINARY_SOURCES := hack/versions.env hack/build-binaries.sh hack/kube/go.mod $(wildcard hack/kube/*/main.go) \
-                  hack/volcano/go.mod hack/etcd/go.mod \
+                  hack/volcano/go.mod hack/kube-v1.37/go.mod hack/etcd/go.mod \
                   hack/kwok/go.mod hack/kwok/easycel-guard.patch
 BINARIES_STAMP := .cache/bin/.stamp-$(shell cat $(BINARY_SOURCES) | sha1sum | cut -c1-12)
 TF_VENV := .cache/tf-venv
@@ -58,7 +58,7 @@ $(BINARIES_STAMP): $(BINARY_SOURCES)
 
 binaries: $(BINARIES_STAMP) ## the control plane, kubelet and CoreDNS built from the Go module proxy (.cache/bin)
 
-node: ## Debian packages of the real node: containerd, runc, CNI plugins, iptables, ipset; buildah, debootstrap
+node: ## Debian packages of the real node: runc, CNI plugins, iptables, ipset; buildah, debootstrap
 	hack/node/ensure-node-system.sh
 
 images: venv tf-venv mpi-e2e node ## the images, built here with buildah, as OCI archives (.cache/images)

@@ -54,6 +54,29 @@ if need "$vc_dir/vc-scheduler"; then
   mv "$vc_dir/vc-scheduler.tmp" "$vc_dir/vc-scheduler"
 fi
 
+# The real node's DRA kubelet plugin, in the same graph (Kubernetes 1.34's libraries, as written).
+dra_dir=$BIN_ROOT/dra-example-driver-$DRA_EXAMPLE_DRIVER_VERSION
+if need "$dra_dir/dra-example-kubeletplugin"; then
+  mkdir -p "$dra_dir"
+  (cd hack/volcano && go build -ldflags "-s -w" -o "$dra_dir/dra-example-kubeletplugin.tmp" \
+     sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin)
+  mv "$dra_dir/dra-example-kubeletplugin.tmp" "$dra_dir/dra-example-kubeletplugin"
+fi
+
+# The real node's containerd, its runc shim and ctr, in hack/kube-v1.37's graph (the 1.37 CRI
+# libraries it is written for). Without cgo: the btrfs, ZFS and devmapper snapshotters left out
+# (the node uses overlayfs).
+ctd_dir=$BIN_ROOT/containerd-$CONTAINERD_VERSION
+ctd_commands=(containerd containerd-shim-runc-v2 ctr)
+if need "$ctd_dir/containerd" || need "$ctd_dir/containerd-shim-runc-v2" || need "$ctd_dir/ctr"; then
+  mkdir -p "$BIN_ROOT"
+  tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
+  (cd hack/kube-v1.37 && go build -tags "no_btrfs no_zfs no_devmapper" \
+     -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" -o "$tmp/" \
+     "${ctd_commands[@]/#/github.com/containerd/containerd/v2/cmd/}")
+  chmod 755 "$tmp"; rm -rf "$ctd_dir"; mv "$tmp" "$ctd_dir"
+fi
+
 # The gang schedulers' CRDs, as their modules publish them.
 crds=$BIN_ROOT/crds
 mkdir -p "$crds/scheduler-plugins" "$crds/volcano" "$crds/kueue"
@@ -106,6 +129,8 @@ install_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "$PROMET
 for cmd in "${commands[@]}"; do ln -sfn "$k8s_dir/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$etcd_bin" "$BIN_ROOT/etcd"
 ln -sfn "$vc_dir/vc-scheduler" "$BIN_ROOT/vc-scheduler"
+ln -sfn "$dra_dir/dra-example-kubeletplugin" "$BIN_ROOT/dra-example-kubeletplugin"
+for cmd in "${ctd_commands[@]}"; do ln -sfn "$ctd_dir/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$kwok_dir/kwok" "$BIN_ROOT/kwok"
 ln -sfn "$BIN_ROOT/helm-$HELM_VERSION/helm" "$BIN_ROOT/helm"
 ln -sfn "$BIN_ROOT/prometheus-$PROMETHEUS_VERSION/prometheus" "$BIN_ROOT/prometheus"

@@ -1,6 +1,7 @@
 """A real node for the local control plane: containerd, the CNI bridge, a kubelet, CoreDNS,
-kube-proxy and a NetworkPolicy firewall (kube-router's, hack/netpolicy.py) on this machine, beside
-the KWOK nodes (`LocalCluster(real_node=True)`).
+kube-proxy, a NetworkPolicy firewall (kube-router's, hack/netpolicy.py) and a DRA driver's kubelet
+plugin with eight fake GPUs (dra-example-driver's, hack/nodedra.py) on this machine, beside the KWOK
+nodes (`LocalCluster(real_node=True)`).
 
 Pods get their own network namespace and an address on the bridge `dt0` (10.89.0.0/24); the host
 is 10.89.0.1 there, where the API server, the kubelet and CoreDNS listen. Nothing is forwarded
@@ -9,11 +10,14 @@ kube-proxy's DNAT turns the `kubernetes` Service's 10.96.0.1 into the API server
 clients work unchanged. The node is tainted and labelled `disttrain.dev/real-node=true`: only pods
 that ask for it (a toleration and a nodeSelector) land there.
 
-Facts this rests on (measured on these machines, cgroup v1, containerd 1.6.20 from Debian):
+Facts this rests on (measured on these machines, cgroup v1; containerd 1.6.20 from Debian first,
+2.4.2 built here since, with Debian's runc 1.1.5):
 - kubelet 1.35+ refuses cgroup v1 unless `failCgroupV1: false`;
 - runc can't lower its OOM score here ("failed to update /proc/self/oom_score_adj: Permission
   denied", every sandbox failing with "can't get final child's PID from pipe: EOF") until the CRI
   config says `restrict_oom_score_adj = true`;
+- a DRA driver hands a container its devices by CDI, which containerd 1.6 lacks (1.7 added it, 2.x
+  has it on): the node runs containerd 2 (config version 3) with the driver's CDI folder;
 - no registry is reachable: images come from archives (hack/images.py), the sandbox image too.
 """
 
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import netpolicy
+import nodedra
 import pki
 from ports import free_port
 
@@ -40,12 +45,14 @@ NODE_NAME = "real-node-0"
 NODE_KEY = "disttrain.dev/real-node"  # the node's label and taint: pods that want it say so
 BRIDGE, SUBNET, GATEWAY = "dt0", "10.89.0.0/24", "10.89.0.1"
 BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
-DAEMONS = ("kubelet", "kube-proxy", "coredns", netpolicy.NAME)  # the node's, stopped before containerd
-# Kept across clusters, so an image is imported once (hack/images.py writes the archives).
-CONTAINERD_ROOT = REPO / ".cache" / "node" / "containerd"
+DAEMONS = ("kubelet", "kube-proxy", "coredns", netpolicy.NAME, nodedra.NAME)  # stopped before containerd
+# Kept across clusters, so an image is imported once (hack/images.py writes the archives); one per
+# containerd major version (2.x migrates a 1.x store, and 1.x can't read it back).
+CONTAINERD_ROOT = REPO / ".cache" / "node" / "containerd-2"
 IMAGE_ARCHIVES = REPO / ".cache" / "images"
 STATE = Path("/run/disttrain-node")  # containerd's state and socket: tmpfs, a short path
 SOCKET = STATE / "containerd.sock"
+CDI_DIR = STATE / "cdi"  # the DRA driver's CDI specs, which containerd reads
 PAUSE_IMAGE = "docker.io/disttrain/pause:3.10"
 # Annotations that pin a namespace's pods to the real node (PodNodeSelector and
 # PodTolerationRestriction admission, enabled in the local plane's API server).
@@ -74,7 +81,7 @@ def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def ctr(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return run("ctr", "--address", str(SOCKET), "--namespace", "k8s.io", *argv, check=check)
+    return run(str(bin_path("ctr")), "--address", str(SOCKET), "--namespace", "k8s.io", *argv, check=check)
 
 
 def create_bridge() -> None:
@@ -109,6 +116,7 @@ class RealNode:
         self._wait_node_ready(deadline)
         self._start_kube_proxy()
         netpolicy.start(self.plane, bin_path(netpolicy.NAME), self.dir, NODE_NAME, self.plane.service_cidr, deadline)
+        nodedra.start(self.plane, bin_path(nodedra.NAME), self.dir, self.dir / "kubelet", NODE_NAME, CDI_DIR, deadline)
 
     def _start_containerd(self, deadline: float) -> None:
         STATE.mkdir(parents=True, exist_ok=True)
@@ -118,7 +126,7 @@ class RealNode:
         (cni / "10-disttrain.conflist").write_text(json.dumps(cni_config(self.dir / "ipam"), indent=2))
         config = self.dir / "containerd.toml"
         config.write_text(containerd_config(cni))
-        self.plane.spawn("containerd", ["/usr/bin/containerd", "--config", str(config)])
+        self.plane.spawn("containerd", [str(bin_path("containerd")), "--config", str(config)])
         self.plane.wait("containerd started", lambda: SOCKET.exists() and ctr("version", check=False).returncode == 0,
                         deadline)
 
@@ -212,8 +220,10 @@ def claim_volume(namespace: str, claim: str, folder: Path) -> dict[str, Any]:
 def ready_to_run() -> bool:
     """Whether this machine has what a real node needs: its binaries (make binaries), the
     Debian packages (make node) and the images (make images)."""
-    tools = ["/usr/bin/containerd", "/usr/sbin/runc", "/usr/lib/cni/bridge", "/usr/sbin/ipset"]
-    return all(bin_path(b).exists() for b in ("kubelet", "kube-proxy", "coredns", netpolicy.NAME)) and \
+    tools = ["/usr/sbin/runc", "/usr/lib/cni/bridge", "/usr/sbin/ipset"]
+    ours = ("kubelet", "kube-proxy", "coredns", "containerd", "containerd-shim-runc-v2", "ctr", netpolicy.NAME,
+            nodedra.NAME)
+    return all(bin_path(b).exists() for b in ours) and \
         all(Path(t).exists() for t in tools) and (IMAGE_ARCHIVES / "pause.tar").exists()
 
 
@@ -229,26 +239,34 @@ def cni_config(ipam_dir: Path) -> dict[str, Any]:
 
 
 def containerd_config(cni_dir: Path) -> str:
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
-    return f"""version = 2
+    """containerd 2's configuration (version 3): the CRI's image and runtime halves are plugins of
+    their own. Our shim (built beside containerd) by path, Debian's runc by path, CDI specs from the
+    node's own folder only (not the host's /etc/cdi)."""
+    images, runtime = 'plugins."io.containerd.cri.v1.images"', 'plugins."io.containerd.cri.v1.runtime"'
+    return f"""version = 3
 root = "{CONTAINERD_ROOT}"
 state = "{STATE / 'state'}"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs"]
 [grpc]
   address = "{SOCKET}"
-[{cri}]
-  sandbox_image = "{PAUSE_IMAGE}"
-  restrict_oom_score_adj = true
-[{cri}.containerd]
+[{images}]
   snapshotter = "overlayfs"
+[{images}.pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+[{runtime}]
+  restrict_oom_score_adj = true
+  cdi_spec_dirs = ["{CDI_DIR}"]
+[{runtime}.containerd]
   default_runtime_name = "runc"
-[{cri}.containerd.runtimes.runc]
+[{runtime}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
-[{cri}.containerd.runtimes.runc.options]
+  runtime_path = "{bin_path('containerd-shim-runc-v2')}"
+[{runtime}.containerd.runtimes.runc.options]
   SystemdCgroup = false
-[{cri}.cni]
-  bin_dir = "/usr/lib/cni"
+  BinaryName = "/usr/sbin/runc"
+[{runtime}.cni]
+  bin_dirs = ["/usr/lib/cni"]
   conf_dir = "{cni_dir}"
 """
 
@@ -401,7 +419,7 @@ def leftovers(node_dir: Path) -> list[str]:
     found += [f"iptables {table} {rule}" for table in ("filter", "nat") for rule in
               run("iptables", "-t", table, "-S", check=False).stdout.splitlines() if "KUBE-" in rule]
     found += netpolicy.leftovers()
-    daemons = "containerd-shim|kubelet --config|coredns -conf|kube-router --kubeconfig"
+    daemons = f"containerd-shim|kubelet --config|coredns -conf|kube-router --kubeconfig|{nodedra.NAME}"
     found += [f"process {line}" for line in run("pgrep", "-af", daemons, check=False).stdout.splitlines()
               if str(STATE) in line or str(node_dir) in line]
     return found

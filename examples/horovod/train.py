@@ -12,6 +12,10 @@ mpirun exports (-x), not the worker containers' own.
 The same seed gives the same run, whichever way the ranks were started (mpirun over SSH, or
 spec.mpi.bootstrap Gloo): rank 0's initial weights are everyone's, and each rank's data is its own.
 
+Where the pod's DRA claims handed its container devices, each rank takes one by its local rank and
+says which: {"event": "device", "rank": 1, "local_rank": 1, "device": "gpu-7", "claim": "<claim uid>"}
+(dra-example-driver names them GPU_DEVICE_<n> in the environment; examples/horovod-dra).
+
 Environment: TRAIN_STEPS (default 200, over all epochs), EPOCHS (default 4), CHECKPOINT_DIR
 (default /tmp/checkpoints), SEED (default 42), RESULT_FILE (optional: per rank, `{rank}` is replaced).
 """
@@ -19,6 +23,7 @@ Environment: TRAIN_STEPS (default 200, over all epochs), EPOCHS (default 4), CHE
 import hashlib
 import json
 import os
+import re
 import time
 
 import horovod.tensorflow as hvd_tf
@@ -56,8 +61,21 @@ class Checkpoints(tf.keras.callbacks.Callback):
             say(event="epoch_end", epoch=epoch, loss=float((logs or {}).get("loss", 0.0)))
 
 
+def claimed_device(local_rank: int) -> dict[str, str] | None:
+    """The device this rank takes of those the pod's DRA claims put in its container's environment
+    (by the driver's CDI spec): dra-example-driver sets GPU_DEVICE_<n>=gpu-<n> and
+    GPU_DEVICE_<n>_RESOURCE_CLAIM=<claim uid> per device. None without claimed devices."""
+    names = sorted((k for k in os.environ if re.fullmatch(r"GPU_DEVICE_\d+", k)), key=lambda k: int(k[11:]))
+    if local_rank >= len(names):
+        return None
+    return {"device": os.environ[names[local_rank]], "claim": os.environ.get(f"{names[local_rank]}_RESOURCE_CLAIM", "")}
+
+
 def main() -> None:
     hvd.init()
+    device = claimed_device(hvd.local_rank())
+    if device:
+        say(event="device", rank=hvd.rank(), local_rank=hvd.local_rank(), **device)
     tf.keras.utils.set_random_seed(int(os.environ.get("SEED", "42")))
     rng = np.random.RandomState(hvd.rank())
     x = rng.rand(512, 8).astype("float32")

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Debian packages the real node and the image builds need: containerd, runc and the CNI plugins
-# (the node), iptables and conntrack (kube-proxy), ipset (kube-router's NetworkPolicy firewall),
-# buildah and debootstrap (make images), gcc (the static pause). A no-op when present. Needs root,
-# as the node itself does.
+# Debian packages the real node and the image builds need: runc and the CNI plugins (the node; its
+# containerd is built from the Go module proxy, hack/build-binaries.sh), iptables and conntrack
+# (kube-proxy), ipset (kube-router's NetworkPolicy firewall), buildah and debootstrap (make
+# images), gcc (the static pause). A no-op when present. Needs root, as the node itself does.
 set -euo pipefail
 need=()
-for pair in containerd:containerd runc:runc containernetworking-plugins:/usr/lib/cni/bridge iptables:iptables \
+for pair in runc:runc containernetworking-plugins:/usr/lib/cni/bridge iptables:iptables \
             conntrack:conntrack ipset:ipset buildah:buildah debootstrap:debootstrap gcc:gcc libc6-dev:/usr/lib/x86_64-linux-gnu/libc.a; do
   package=${pair%%:*}; probe=${pair#*:}
   if [[ $probe == /* ]]; then [ -e "$probe" ] || need+=("$package"); else command -v "$probe" >/dev/null || need+=("$package"); fi

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from e2e_support import HELM, LAST_LINES, Follow, pinned_namespace
+from fakedra import FAKE_GPU_CLASS
 from support import ROOT, Cluster, LogFollower, OperatorProcess
 
 
@@ -32,8 +33,11 @@ def chart_operator(crd: Cluster, operator: OperatorProcess, real_node: str) -> I
     operator.stop()
     release = pinned_namespace(crd, f"disttrain-{uuid.uuid4().hex[:6]}")
     # Progress is written every 2 s (the chart's default is 15): these trainings last under a minute.
+    # The real node's DRA driver's class counts as GPUs (hack/nodedra.py, test_dra_real_node.py).
     subprocess.run([str(HELM), "install", "disttrain", str(ROOT / "charts" / "disttrain-operator"), "-n", release,
-                    "--set", "progress.statusIntervalSeconds=2", "--wait", "--timeout", "180s"], env=crd.env(),
+                    "--set", "progress.statusIntervalSeconds=2",
+                    "--set-json", f'dra.gpuDeviceClasses=["{FAKE_GPU_CLASS}"]',
+                    "--wait", "--timeout", "180s"], env=crd.env(),
                    check=True, capture_output=True, text=True)
     try:
         yield release
