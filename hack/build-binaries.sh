@@ -63,17 +63,19 @@ if need "$dra_dir/dra-example-kubeletplugin"; then
   mv "$dra_dir/dra-example-kubeletplugin.tmp" "$dra_dir/dra-example-kubeletplugin"
 fi
 
-# The real node's containerd, its runc shim and ctr, in hack/kube-v1.37's graph (the 1.37 CRI
-# libraries it is written for). Without cgo: the btrfs, ZFS and devmapper snapshotters left out
-# (the node uses overlayfs).
+# The real node's containerd, its runc shim and ctr, from containerd's own module graph (`go install
+# module@version` builds with the go.mod it was released with: the 1.37 CRI libraries and the gRPC it
+# was tested on; in a graph of ours it would move the control plane's modules or be moved by them).
+# Without cgo: the btrfs, ZFS and devmapper snapshotters are left out (the node uses overlayfs).
 ctd_dir=$BIN_ROOT/containerd-$CONTAINERD_VERSION
 ctd_commands=(containerd containerd-shim-runc-v2 ctr)
 if need "$ctd_dir/containerd" || need "$ctd_dir/containerd-shim-runc-v2" || need "$ctd_dir/ctr"; then
   mkdir -p "$BIN_ROOT"
   tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
-  (cd hack/kube-v1.37 && go build -tags "no_btrfs no_zfs no_devmapper" \
-     -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" -o "$tmp/" \
-     "${ctd_commands[@]/#/github.com/containerd/containerd/v2/cmd/}")
+  packages=()
+  for cmd in "${ctd_commands[@]}"; do packages+=("github.com/containerd/containerd/v2/cmd/$cmd@$CONTAINERD_VERSION"); done
+  GOBIN=$tmp go install -tags "no_btrfs no_zfs no_devmapper" \
+    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" "${packages[@]}"
   chmod 755 "$tmp"; rm -rf "$ctd_dir"; mv "$tmp" "$ctd_dir"
 fi
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Prints the path of a Go toolchain new enough for hack/kube (go 1.26+). Uses the installed
-# one when it is new enough, else fetches the official toolchain from the Go module proxy
-# (golang.org/toolchain, the same zip `GOTOOLCHAIN` downloads) into .cache/go.
+# Prints the path of a Go toolchain new enough for hack/kube (go 1.26+) and containerd v2.4.2's
+# module (go 1.26.6, which `go install` of it demands). Uses the installed one when it is new
+# enough, else fetches the official toolchain from the Go module proxy (golang.org/toolchain, the
+# same zip `GOTOOLCHAIN` downloads) into .cache/go.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WANT=1.26.8
 if command -v go >/dev/null 2>&1; then
   have=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
-  if [ "$(printf '%s\n%s\n' "1.26" "$have" | sort -V | head -1)" = "1.26" ]; then
+  if [ "$(printf '%s\n%s\n' "1.26.6" "$have" | sort -V | head -1)" = "1.26.6" ]; then
     command -v go; exit 0
   fi
 fi

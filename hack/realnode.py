@@ -241,7 +241,8 @@ def cni_config(ipam_dir: Path) -> dict[str, Any]:
 def containerd_config(cni_dir: Path) -> str:
     """containerd 2's configuration (version 3): the CRI's image and runtime halves are plugins of
     their own. Our shim (built beside containerd) by path, Debian's runc by path, CDI specs from the
-    node's own folder only (not the host's /etc/cdi)."""
+    node's own folder only (not the host's /etc/cdi). NRI off: on, containerd 2 takes the host's
+    /var/run/nri/nri.sock and starts the plugins in /opt/nri/plugins, neither the node's."""
     images, runtime = 'plugins."io.containerd.cri.v1.images"', 'plugins."io.containerd.cri.v1.runtime"'
     return f"""version = 3
 root = "{CONTAINERD_ROOT}"
@@ -250,6 +251,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                     "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs"]
 [grpc]
   address = "{SOCKET}"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
 [{images}]
   snapshotter = "overlayfs"
 [{images}.pinned_images]
@@ -351,6 +354,11 @@ def remove_containers() -> None:
             if ctr("tasks", "delete", task, check=False).returncode == 0:
                 break
             time.sleep(0.1)
+    # containerd 2 keeps each pod sandbox in a store of its own and restores it at start: the
+    # node's store outlives the cluster, so a sandbox left there would be the next cluster's.
+    listed = ctr("sandboxes", "ls", check=False).stdout.splitlines()[1:]
+    for sandbox in (line.split()[0] for line in listed if line.strip()):
+        ctr("sandboxes", "rm", "--force", sandbox, check=False)
     for container in ctr("containers", "ls", "-q", check=False).stdout.split():
         ctr("containers", "delete", container, check=False)
 
@@ -419,7 +427,8 @@ def leftovers(node_dir: Path) -> list[str]:
     found += [f"iptables {table} {rule}" for table in ("filter", "nat") for rule in
               run("iptables", "-t", table, "-S", check=False).stdout.splitlines() if "KUBE-" in rule]
     found += netpolicy.leftovers()
-    daemons = f"containerd-shim|kubelet --config|coredns -conf|kube-router --kubeconfig|{nodedra.NAME}"
+    daemons = (f"containerd --config|containerd-shim|kubelet --config|coredns -conf|kube-router --kubeconfig|"
+               f"{nodedra.NAME}")
     found += [f"process {line}" for line in run("pgrep", "-af", daemons, check=False).stdout.splitlines()
               if str(STATE) in line or str(node_dir) in line]
     return found

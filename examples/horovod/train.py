@@ -14,7 +14,8 @@ spec.mpi.bootstrap Gloo): rank 0's initial weights are everyone's, and each rank
 
 Where the pod's DRA claims handed its container devices, each rank takes one by its local rank and
 says which: {"event": "device", "rank": 1, "local_rank": 1, "device": "gpu-7", "claim": "<claim uid>"}
-(dra-example-driver names them GPU_DEVICE_<n> in the environment; examples/horovod-dra).
+(dra-example-driver names them GPU_DEVICE_<n> in the environment; examples/horovod-dra). With the
+Gloo bootstrap only: ranks mpirun starts over SSH see none of the container's environment.
 
 Environment: TRAIN_STEPS (default 200, over all epochs), EPOCHS (default 4), CHECKPOINT_DIR
 (default /tmp/checkpoints), SEED (default 42), RESULT_FILE (optional: per rank, `{rank}` is replaced).

@@ -59,6 +59,12 @@ def test_a_workers_claims_in_the_same_file_give_its_slots_and_each_pod_says_what
     assert "kind: ResourceClaimTemplate" not in out, "the user's own objects are not printed"
 
 
+def test_a_class_not_known_as_gpus_says_how_to_count_it() -> None:
+    out = render(DRA_FILE + "---\n" + dra_job({"name": "gpus", "resourceClaimTemplateName": "two-gpus"}))
+    assert "slots=1" in out and "slots=2" not in out
+    assert "(2 of gpu.example.com (not counted as GPUs: --gpu-device-class gpu.example.com would))\n" in out
+
+
 def test_a_claim_not_in_the_file_is_said_unknown_and_the_slots_stay_one() -> None:
     out = render(dra_job({"name": "gpus", "resourceClaimTemplateName": "elsewhere"}))
     assert "slots=1" in out and "slots=2" not in out

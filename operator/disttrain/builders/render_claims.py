@@ -89,4 +89,7 @@ def _devices(spec: Mapping[str, Any] | None, gpu_classes: frozenset[str]) -> str
 def _asked(option: Mapping[str, Any], gpu_classes: frozenset[str]) -> str:
     klass = str(option.get("deviceClassName", "?"))[:253]
     count = "all" if option.get("allocationMode") == "All" else str(option.get("count") or 1)[:20]
-    return f"{count} of {klass}" + (" (GPUs)" if klass in gpu_classes else "")
+    # A class render can't tell is a GPU's (no DeviceClass in the file, not NVIDIA's) gives no
+    # slots: say how to count it, rather than leave the user to wonder why the worker has one.
+    return f"{count} of {klass}" + (" (GPUs)" if klass in gpu_classes else
+                                    f" (not counted as GPUs: --gpu-device-class {klass} would)")
