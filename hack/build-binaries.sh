@@ -63,22 +63,6 @@ if need "$dra_dir/dra-example-kubeletplugin"; then
   mv "$dra_dir/dra-example-kubeletplugin.tmp" "$dra_dir/dra-example-kubeletplugin"
 fi
 
-# The real node's containerd, its runc shim and ctr, from containerd's own module graph (`go install
-# module@version` builds with the go.mod it was released with: the 1.37 CRI libraries and the gRPC it
-# was tested on; in a graph of ours it would move the control plane's modules or be moved by them).
-# Without cgo: the btrfs, ZFS and devmapper snapshotters are left out (the node uses overlayfs).
-ctd_dir=$BIN_ROOT/containerd-$CONTAINERD_VERSION
-ctd_commands=(containerd containerd-shim-runc-v2 ctr)
-if need "$ctd_dir/containerd" || need "$ctd_dir/containerd-shim-runc-v2" || need "$ctd_dir/ctr"; then
-  mkdir -p "$BIN_ROOT"
-  tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
-  packages=()
-  for cmd in "${ctd_commands[@]}"; do packages+=("github.com/containerd/containerd/v2/cmd/$cmd@$CONTAINERD_VERSION"); done
-  GOBIN=$tmp go install -tags "no_btrfs no_zfs no_devmapper" \
-    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" "${packages[@]}"
-  chmod 755 "$tmp"; rm -rf "$ctd_dir"; mv "$tmp" "$ctd_dir"
-fi
-
 # The gang schedulers' CRDs, as their modules publish them.
 crds=$BIN_ROOT/crds
 mkdir -p "$crds/scheduler-plugins" "$crds/volcano" "$crds/kueue"
@@ -123,6 +107,16 @@ if need "$kwok_dir/kwok"; then
   (cd hack/kwok && go build -ldflags "-s -w" -o "$kwok_dir/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok)
   mv "$kwok_dir/kwok.tmp" "$kwok_dir/kwok"
 fi
+# The real node's containerd, its runc shim and ctr, each from containerd's own module graph (`go
+# install module@version` builds with the go.mod it was released with: the 1.37 CRI libraries and the
+# gRPC it was tested on; in a graph of ours it would move the control plane's modules or be moved by
+# them). Without cgo: the btrfs, ZFS and devmapper snapshotters are left out (the node uses
+# overlayfs). The later -ldflags replaces install_tool's, adding containerd's version.
+ctd_commands=(containerd containerd-shim-runc-v2 ctr)
+for cmd in "${ctd_commands[@]}"; do
+  install_tool "$cmd" "github.com/containerd/containerd/v2/cmd/$cmd" "$CONTAINERD_VERSION" \
+    -tags "no_btrfs no_zfs no_devmapper" -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+done
 install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 # Prometheus with static targets only: remove_all_sd leaves out every cloud's service discovery
 # (most of its module graph); its HTTP API, which the dashboard test queries, is all there.
@@ -132,7 +126,7 @@ for cmd in "${commands[@]}"; do ln -sfn "$k8s_dir/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$etcd_bin" "$BIN_ROOT/etcd"
 ln -sfn "$vc_dir/vc-scheduler" "$BIN_ROOT/vc-scheduler"
 ln -sfn "$dra_dir/dra-example-kubeletplugin" "$BIN_ROOT/dra-example-kubeletplugin"
-for cmd in "${ctd_commands[@]}"; do ln -sfn "$ctd_dir/$cmd" "$BIN_ROOT/$cmd"; done
+for cmd in "${ctd_commands[@]}"; do ln -sfn "$BIN_ROOT/$cmd-$CONTAINERD_VERSION/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$kwok_dir/kwok" "$BIN_ROOT/kwok"
 ln -sfn "$BIN_ROOT/helm-$HELM_VERSION/helm" "$BIN_ROOT/helm"
 ln -sfn "$BIN_ROOT/prometheus-$PROMETHEUS_VERSION/prometheus" "$BIN_ROOT/prometheus"

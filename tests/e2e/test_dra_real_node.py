@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e_support import EXAMPLES, Follow, apply_example, finish, running_with
+from fakedra import FAKE_GPU_DRIVER
 from support import TIMED, Cluster, LogFollower, wait_for
 
 PODS = {"horovod-dra-worker-0", "horovod-dra-worker-1"}
@@ -28,7 +29,7 @@ def allocated(cluster: Cluster, ns: str, pod: Any) -> tuple[str, set[str]]:
     name = pod.status.resource_claim_statuses[0].resource_claim_name
     claim = cluster.custom.get_namespaced_custom_object("resource.k8s.io", "v1", ns, "resourceclaims", name)
     results = claim["status"]["allocation"]["devices"]["results"]
-    assert {r["driver"] for r in results} == {"gpu.example.com"}, results
+    assert {r["driver"] for r in results} == {FAKE_GPU_DRIVER}, results
     return claim["metadata"]["uid"], {r["device"] for r in results}
 
 

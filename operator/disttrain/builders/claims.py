@@ -60,10 +60,12 @@ def claim_key(kind: str, name: str) -> str:
     return f"{'template' if kind == 'ResourceClaimTemplate' else 'claim'}/{name}"
 
 
-def claim_spec(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The claim spec of a ResourceClaimTemplate (its spec.spec) or a ResourceClaim (its spec)."""
+def claim_spec(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim spec of a ResourceClaimTemplate (its spec.spec) or a ResourceClaim (its spec), by
+    the kind it was asked for or found as (an object read back by a get carries no kind of its own
+    to trust)."""
     held = obj.get("spec")
-    if isinstance(held, Mapping) and obj.get("kind") == "ResourceClaimTemplate":
+    if isinstance(held, Mapping) and kind == "ResourceClaimTemplate":
         held = held.get("spec")
     return dict(held) if isinstance(held, Mapping) else {}
 

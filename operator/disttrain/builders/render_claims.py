@@ -25,7 +25,8 @@ class FileClaims:
 def file_claims(docs: Iterable[Mapping[str, Any]], named: Iterable[str] = ()) -> FileClaims:
     docs = list(docs)
     specs: dict[str, Mapping[str, Any]] = {
-        claims.claim_key(str(doc["kind"]), str((doc.get("metadata") or {}).get("name") or "")): claims.claim_spec(doc)
+        claims.claim_key(doc["kind"], str((doc.get("metadata") or {}).get("name") or "")):
+            claims.claim_spec(doc["kind"], doc)
         for doc in docs if doc.get("kind") in ("ResourceClaimTemplate", "ResourceClaim")}
     classes = [d for d in docs if d.get("kind") == "DeviceClass"]
     return FileClaims(specs, claims.gpu_device_classes(classes, {claims.NVIDIA_DRIVER, *named}))

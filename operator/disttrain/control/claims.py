@@ -116,7 +116,7 @@ class Claims:
                                      "metadata": {"namespace": namespace, "name": claim.object_name}})
         if found is None:
             return None
-        spec = claims.claim_spec({**found, "kind": claim.kind})
+        spec = claims.claim_spec(claim.kind, found)
         if uid not in self.specs and len(self.specs) >= MAX_JOBS:
             self.specs.pop(next(iter(self.specs)))
         self.specs.setdefault(uid, {})[claim.key] = spec
