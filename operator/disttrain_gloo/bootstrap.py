@@ -16,7 +16,12 @@ HOROVOD_HOSTNAME, HOROVOD_CONTROLLER/CPU_OPERATIONS=gloo and HOROVOD_GLOO_RENDEZ
    while pods start seconds apart (an image pulled on one node only);
 4. starts one process of the command per slot, with HOROVOD_RANK and HOROVOD_LOCAL_RANK, forwards
    SIGTERM and SIGINT to them, and exits as the first to fail (128+N for a signal N, as a shell
-   does), stopping the others; 0 when all succeed.
+   does), stopping the others; 0 when all succeed;
+5. with several slots, relays each rank's output whole lines at a time, each prefixed as horovodrun
+   prefixes it (`[3]<stdout>:`): ranks writing to the container's stdout themselves interleaved
+   mid-line (Python's print is two writes when unbuffered: the text, then the newline; seen in
+   tests/e2e/test_dra_real_node.py as `{...rank 3...}{...rank 2...}` then two newlines). One rank
+   writes to the container's stdout directly, as it would alone.
 
 Standard library only, Python 3.8+: it runs in the user's image.
 """
@@ -52,6 +57,8 @@ REQUEST_SECONDS = 10.0
 STOP_SECONDS = 10.0
 POLL_SECONDS = 0.2
 SAY_EVERY_SECONDS = 30.0
+LINE_BYTES = 64 * 1024  # a longer line is relayed in pieces of this size, each prefixed
+RELAY_DRAIN_SECONDS = 5.0  # after the ranks end, for what they wrote last (a child they left may hold the pipe)
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _LENGTH = re.compile(r"[0-9]{1,18}")
 _SIOCGIFADDR = 0x8915
@@ -316,6 +323,7 @@ class Ranks:
 
     def __init__(self) -> None:
         self.processes: dict[int, int] = {}  # pid: local rank
+        self.relays: list[threading.Thread] = []
         self.started = False
         self.signalled: int | None = None
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -334,10 +342,25 @@ class Ranks:
 
     def start(self, command: Sequence[str], envs: Sequence[Mapping[str, str]]) -> None:
         self.started = True
+        relay = len(envs) > 1
         for local_rank, env in enumerate(envs):
-            self.processes[subprocess.Popen(command, env=env).pid] = local_rank
+            pipe = subprocess.PIPE if relay else None
+            proc = subprocess.Popen(command, env=env, stdout=pipe, stderr=pipe)
+            self.processes[proc.pid] = local_rank
+            for stream, name, out in ((proc.stdout, "stdout", sys.stdout), (proc.stderr, "stderr", sys.stderr)):
+                if stream is not None:
+                    prefix = f"[{env.get('HOROVOD_RANK', local_rank)}]<{name}>:".encode()
+                    thread = threading.Thread(target=relay_lines, args=(stream, prefix, out.buffer), daemon=True)
+                    thread.start()
+                    self.relays.append(thread)
         if self.signalled is not None:  # one came while they started: every rank hears it
             self._send(self.signalled)
+
+    def drain(self) -> None:
+        """What the ranks wrote last, relayed before the bootstrap exits."""
+        deadline = time.monotonic() + RELAY_DRAIN_SECONDS
+        for thread in self.relays:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def wait(self) -> int:
         """Until every rank has ended: the first to fail ends the others; 0 when all succeed.
@@ -364,6 +387,18 @@ class Ranks:
         return failed or 0
 
 
+RELAY_LOCK = threading.Lock()
+
+
+def relay_lines(stream: Any, prefix: bytes, out: Any) -> None:
+    """A rank's stream to ours, a whole line per write, after the rank's prefix."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in iter(lambda: stream.readline(LINE_BYTES), b""):
+            with RELAY_LOCK:
+                out.write(prefix + line + (b"" if line.endswith(b"\n") else b"\n"))
+                out.flush()
+
+
 def rank_environment(world: World, local_rank: int, ip: str, interface: str | None) -> dict[str, str]:
     env = {**os.environ, **world.rank_env(local_rank), "HOROVOD_GLOO_RENDEZVOUS_ADDR": ip}
     if interface is not None and "HOROVOD_GLOO_IFACE" not in os.environ:
@@ -386,7 +421,9 @@ def main(argv: Sequence[str]) -> int:
         f" (rendezvous {ip}:{world.port}, interface {interface or 'by hostname'})")
     try:
         ranks.start(command, [rank_environment(world, r, ip, interface) for r in range(world.local_size)])
-        return ranks.wait()
+        code = ranks.wait()
+        ranks.drain()
+        return code
     finally:
         if server is not None:
             server.shutdown()

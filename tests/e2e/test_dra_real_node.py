@@ -46,7 +46,10 @@ def test_claimed_fake_gpus_reach_each_rank_and_the_job_trains(
         def said_devices(log: LogFollower = log) -> list[dict[str, Any]] | None:
             said = [e for e in log.events() if e.get("event") == "device"]
             return said if len(said) == PER_WORKER else None
-        reports[name] = wait_for(said_devices, 180, f"{name}'s ranks to say their devices", interval=0.5)
+        try:
+            reports[name] = wait_for(said_devices, 180, f"{name}'s ranks to say their devices", interval=0.5)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n--- {name}'s log:\n" + "\n".join(log.lines)) from None
     status = finish(cluster, job_namespace, "horovod-dra", started, logs,
                     timing="horovod-dra, 2 workers x 2 claimed GPUs")
 

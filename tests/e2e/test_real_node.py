@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -428,8 +428,23 @@ def test_an_image_that_cant_be_pulled_is_named(cluster: Cluster, job_namespace: 
 def test_a_crash_loop_is_said(cluster: Cluster, job_namespace: str) -> None:
     container = {"image": "docker.io/disttrain/tensorflow:2.21", "command": ["python", "-c", "raise SystemExit(3)"]}
     cluster.apply(stuck_job("crashing", container, policy="OnFailure"), job_namespace)
-    status = wait_for(lambda: (s := cluster.job_status(job_namespace, "crashing")).get("reason") == "CrashLoopBackOff"
-                      and s, 120, "the job to say its container keeps crashing")
+    seen: list[str] = []  # what the job and its pod went through, told if the wait times out
+
+    def crash_loop_said() -> dict[str, Any] | Literal[False]:
+        status = cluster.job_status(job_namespace, "crashing")
+        states = [(c.restart_count, {k: v for k, v in c.state.to_dict().items() if v})
+                  for p in cluster.pods(job_namespace) for c in p.status.container_statuses or []]
+        step = f"{status.get('phase')} {status.get('reason')} restarts={status.get('restarts')} pod={states}"
+        if not seen or seen[-1] != step:
+            seen.append(step)
+        return status.get("reason") == "CrashLoopBackOff" and status
+    try:
+        status = wait_for(crash_loop_said, 120, "the job to say its container keeps crashing")
+    except AssertionError:
+        events = [f"{e.involved_object.name}: {e.reason}: {e.message} (x{e.count})"
+                  for e in cluster.core.list_namespaced_event(job_namespace).items]
+        print("crash loop: seen:\n    " + "\n    ".join(seen) + "\nevents:\n    " + "\n    ".join(events))
+        raise
     assert status["message"].startswith("pod crashing-worker-0: CrashLoopBackOff: container tf:"), status["message"]
     assert status["restarts"] >= 1
     print(f"crash loop: {status['message']}")

@@ -25,6 +25,7 @@ from disttrain.api.parse import parse_spec
 from disttrain.builders import gloo
 from disttrain.builders.desired import job_pod, supporting_objects
 from manifests import gloo_job
+from support import HOROVODRUN_PREFIX
 
 pytestmark = pytest.mark.mpi
 
@@ -50,7 +51,9 @@ def free_port() -> int:
 
 
 def finals(log: Path) -> list[dict[str, Any]]:
-    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    # A worker of several slots relays its ranks' lines after horovodrun's prefix (`[3]<stdout>:`).
+    lines = [json.loads(line) for line in (HOROVODRUN_PREFIX.sub("", each) for each in log.read_text().splitlines())
+             if line.startswith("{")]
     return [e for e in lines if e.get("event") == "done"]
 
 

@@ -367,6 +367,33 @@ def test_a_killed_rank_is_the_pods_code_even_when_its_peer_fails_just_after(tmp_
         assert _worker(0, 1, 2, _free_port(), command, tmp_path).wait(30) == 137
 
 
+def test_several_ranks_output_comes_whole_lines_each_prefixed_with_its_rank(tmp_path: Path) -> None:
+    """Two ranks printing unbuffered at once (print's text and newline are two writes), a line with
+    no newline last, and one longer than the relay's piece: every line arrives whole, prefixed as
+    horovodrun prefixes it, before the bootstrap exits."""
+    command = [sys.executable, "-u", "-c",
+               "import json, os, sys\nr = os.environ['HOROVOD_RANK']\n"
+               "for i in range(2000): print(json.dumps({'rank': r, 'i': i, 'pad': 'x' * 50}))\n"
+               "print('e' * 70000, file=sys.stderr)\nsys.stdout.write('last-' + r)"]
+    out = tmp_path / "stdout"
+    with open(out, "wb") as stdout, open(tmp_path / "stderr", "wb") as stderr:
+        env = {**os.environ, "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_SIZE": "2", "HOROVOD_CROSS_RANK": "0",
+               "HOROVOD_CROSS_SIZE": "1", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "localhost",
+               "HOROVOD_GLOO_RENDEZVOUS_PORT": str(_free_port())}
+        proc = subprocess.Popen([sys.executable, str(BOOTSTRAP), "--", *command], env=env, stdout=stdout,
+                                stderr=stderr)
+        assert proc.wait(60) == 0
+    lines = out.read_text().splitlines()
+    events = [(line[:len("[0]<stdout>:")], json.loads(line[len("[0]<stdout>:"):])) for line in lines
+              if not line.split(":", 1)[1].startswith("last-")]
+    assert sorted((e["rank"], e["i"]) for _, e in events) == sorted((r, i) for r in "01" for i in range(2000))
+    assert all(prefix == f"[{e['rank']}]<stdout>:" for prefix, e in events)
+    assert sorted(line for line in lines if "last-" in line) == ["[0]<stdout>:last-0", "[1]<stdout>:last-1"]
+    long_pieces = [line for line in (tmp_path / "stderr").read_text().splitlines() if "<stderr>:e" in line]
+    assert sorted(len(line.split(":", 1)[1]) for line in long_pieces) == sorted(
+        [bootstrap.LINE_BYTES, 70000 - bootstrap.LINE_BYTES] * 2), "a line over 64 KiB comes in prefixed pieces"
+
+
 def test_sigterm_before_the_ranks_start_ends_the_bootstrap_at_once(tmp_path: Path) -> None:
     """Waiting for a worker that never comes: a SIGTERM (a delete, a suspend) ends it with 143,
     not after the pod's grace period (as the container's PID 1 it would otherwise ignore it)."""
