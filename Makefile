@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .cache/venv
 PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
-BINARY_SOURCES := hack/versions.env hack/build-binaries.sh hack/kube/go.mod $(wildcard hack/kube/*/main.go) \
+BINARY_SOURCES := hack/versions.env hack/build-binaries.sh hack/build-kube-version.sh hack/kube/go.mod \
+                  $(wildcard hack/kube/*/main.go) hack/kube-v1.37/go.mod \
                   hack/volcano/go.mod hack/etcd/go.mod \
                   hack/kwok/go.mod hack/kwok/easycel-guard.patch
 BINARIES_STAMP := .cache/bin/.stamp-$(shell cat $(BINARY_SOURCES) | sha1sum | cut -c1-12)
@@ -19,7 +20,7 @@ CLUSTER_DIR := .cache/cluster
 PYTEST_ARGS ?=
 , := ,
 
-.PHONY: all help test test-matrix lint unit integration e2e chaos venv tf-venv mpi-e2e binaries node images cluster-up cluster-down \
+.PHONY: all help test test-matrix lint unit integration e2e chaos venv tf-venv mpi-e2e binaries previous-plane node images cluster-up cluster-down \
         crd demo bench bench-checkpoint clean
 
 all: test
@@ -58,6 +59,12 @@ $(BINARIES_STAMP): $(BINARY_SOURCES)
 
 binaries: $(BINARIES_STAMP) ## the control plane, kubelet and CoreDNS built from the Go module proxy (.cache/bin)
 
+# The control plane before the default's (hack/versions.env, PREVIOUS_KUBERNETES_VERSION): the one
+# tests/integration/test_plane_upgrade.py upgrades from, in .cache/bin-<version> (cached).
+previous-plane: binaries ## the previous minor's API server, controller manager and scheduler (the upgrade test)
+	source hack/versions.env && hack/build-kube-version.sh $$PREVIOUS_KUBERNETES_VERSION \
+	  kube-apiserver kube-controller-manager kube-scheduler >/dev/null
+
 node: ## Debian packages of the real node: runc, CNI plugins, iptables, ipset; buildah, debootstrap
 	hack/node/ensure-node-system.sh
 
@@ -72,7 +79,7 @@ lint: venv ## ruff, mypy and the import contracts (also run by pre-commit)
 unit: venv ## unit tests only (no cluster)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv binaries tf-venv mpi-e2e ## integration tests on a real local control plane (KWOK nodes)
+integration: venv binaries previous-plane tf-venv mpi-e2e ## integration tests on a real local control plane (KWOK nodes)
 	DISTTRAIN_REAL_NODE=0 $(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 e2e: venv binaries node images ## the examples from kubectl apply to Succeeded on a real node, the operator in-cluster
@@ -80,11 +87,11 @@ e2e: venv binaries node images ## the examples from kubectl apply to Succeeded o
 
 # The README's test command: lint, unit tests, then integration and e2e tests on a real local
 # cluster (KWOK nodes and a real one).
-test: lint binaries tf-venv mpi-e2e node images ## what CI runs: lint, then every test
+test: lint binaries previous-plane tf-venv mpi-e2e node images ## what CI runs: lint, then every test
 	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests $(PYTEST_ARGS)
 
 # The integration suite on each supported Kubernetes minor (hack/versions.env); the versions besides
-# the default add their control plane's build (~25 minutes each on 2 cores, cached).
+# the default add their control plane's build (cached; the previous minor's shares hack/kube's graph).
 KUBE_VERSIONS ?=
 test-matrix: venv binaries tf-venv mpi-e2e ## tests/integration on each supported Kubernetes version (KUBE_VERSIONS=...)
 	KUBE_VERSIONS="$(KUBE_VERSIONS)" hack/test-matrix.sh

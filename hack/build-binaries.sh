@@ -13,22 +13,26 @@ export CGO_ENABLED=0
 
 need() { [ -x "$1" ] || { echo "building $(basename "$1") ..." >&2; return 0; }; return 1; }
 
-# One module graph (hack/kube), one `go build` for all of it: the control plane, kubectl (the
-# installed one may be older than the skew policy allows), the real node's kubelet and
-# kube-proxy, CoreDNS with the plugins the cluster's DNS uses (hack/kube/coredns), and
-# scheduler-plugins' Coscheduling scheduler and its PodGroup controller, Kueue, and kube-router
-# (the real node's NetworkPolicy firewall; hack/kube/tools_kuberouter.go says why it is here).
-k8s_dir=$BIN_ROOT/kubernetes-$KUBERNETES_VERSION-coredns-$COREDNS_VERSION-sp-$SCHEDULER_PLUGINS_VERSION-kueue-$KUEUE_VERSION-kr-$KUBE_ROUTER_VERSION
-commands=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy coredns coscheduler
-          coscheduling-controller kueue kube-router)
+# Two module graphs, one `go build` each. The control plane, kubectl and the real node's kubelet
+# and kube-proxy at KUBERNETES_VERSION, from its own graph (hack/kube-v1.<minor>, by
+# hack/build-kube-version.sh): Kubernetes' modules as released, nothing else in the graph to move
+# them. And hack/kube, on PREVIOUS_KUBERNETES_VERSION's libraries (1.36): the API server's clients
+# that don't compile against 1.37's (versions.env says which and why): CoreDNS with the plugins the
+# cluster's DNS uses (hack/kube/coredns), scheduler-plugins' Coscheduling scheduler and its PodGroup
+# controller, Kueue, and kube-router (the real node's NetworkPolicy firewall;
+# hack/kube/tools_kuberouter.go says why it is here). They talk to a 1.37 API server as any client
+# one minor behind does. hack/kube builds 1.36's control plane too, for `make test-matrix` and the
+# upgrade test (hack/build-kube-version.sh v1.36.3), sharing what those commands compile alike.
+clients_dir=$BIN_ROOT/clients-k8s-$PREVIOUS_KUBERNETES_VERSION-coredns-$COREDNS_VERSION-sp-$SCHEDULER_PLUGINS_VERSION-kueue-$KUEUE_VERSION-kr-$KUBE_ROUTER_VERSION
+clients=(coredns coscheduler coscheduling-controller kueue kube-router)
 missing=()
-for cmd in "${commands[@]}"; do need "$k8s_dir/$cmd" && missing+=("$cmd"); done
+for cmd in "${clients[@]}"; do need "$clients_dir/$cmd" && missing+=("$cmd"); done
 if [ ${#missing[@]} -gt 0 ]; then
-  minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+  minor=${PREVIOUS_KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
   pkg=k8s.io/component-base/version
-  ldflags="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
+  ldflags="-s -w -X $pkg.gitVersion=$PREVIOUS_KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
    -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z \
-   -X $pkg.gitCommit=module-proxy-$KUBERNETES_VERSION -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION \
+   -X $pkg.gitCommit=module-proxy-$PREVIOUS_KUBERNETES_VERSION -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION \
    -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION"
   packages=()
   for cmd in "${missing[@]}"; do
@@ -36,15 +40,15 @@ if [ ${#missing[@]} -gt 0 ]; then
       coredns|cosched*) packages+=("./$cmd") ;;
       kueue) packages+=(sigs.k8s.io/kueue/cmd/kueue) ;;
       kube-router) packages+=(github.com/cloudnativelabs/kube-router/v2/cmd/kube-router) ;;
-      *) packages+=("k8s.io/kubernetes/cmd/$cmd") ;;
     esac
   done
   mkdir -p "$BIN_ROOT"  # a new machine has no .cache/bin yet
   tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
   (cd hack/kube && go build -ldflags "$ldflags" -o "$tmp/" "${packages[@]}")
-  mkdir -p "$k8s_dir"
-  mv "$tmp"/* "$k8s_dir/"; rmdir "$tmp"
+  mkdir -p "$clients_dir"
+  mv "$tmp"/* "$clients_dir/"; rmdir "$tmp"
 fi
+DISTTRAIN_BUILD_ROOT=$BIN_ROOT hack/build-kube-version.sh "$KUBERNETES_VERSION" >/dev/null
 
 # Volcano's scheduler: its own graph (hack/volcano), on the Kubernetes libraries it is written for.
 vc_dir=$BIN_ROOT/volcano-$VOLCANO_VERSION
@@ -122,7 +126,7 @@ install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 # (most of its module graph); its HTTP API, which the dashboard test queries, is all there.
 install_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "$PROMETHEUS_VERSION" -tags remove_all_sd
 
-for cmd in "${commands[@]}"; do ln -sfn "$k8s_dir/$cmd" "$BIN_ROOT/$cmd"; done
+for cmd in "${clients[@]}"; do ln -sfn "$clients_dir/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$etcd_bin" "$BIN_ROOT/etcd"
 ln -sfn "$vc_dir/vc-scheduler" "$BIN_ROOT/vc-scheduler"
 ln -sfn "$dra_dir/dra-example-kubeletplugin" "$BIN_ROOT/dra-example-kubeletplugin"

@@ -71,24 +71,24 @@ def tf_configs_on_loopback(configs: dict[str, dict[str, Any]]) -> dict[str, dict
 
 
 @functools.cache
-def kube_version() -> str:
+def kube_version(bin_dir: Path = BIN_DIR) -> str:
     """The version of the plane's binaries (BIN_DIR: the default build, or a version's own folder
     from hack/build-kube-version.sh), as "v1.37.2"."""
-    out = subprocess.run([str(BIN_DIR / "kube-apiserver"), "--version"], capture_output=True, text=True,
+    out = subprocess.run([str(bin_dir / "kube-apiserver"), "--version"], capture_output=True, text=True,
                          check=True).stdout  # "Kubernetes v1.37.2"
     return out.split()[-1]
 
 
-def kube_minor() -> int:
-    return int(kube_version().split(".")[1])
+def kube_minor(bin_dir: Path = BIN_DIR) -> int:
+    return int(kube_version(bin_dir).split(".")[1])
 
 
-def gang_gates() -> str:
-    return GANG_GATES[min(max(kube_minor(), min(GANG_GATES)), max(GANG_GATES))]
+def gang_gates(bin_dir: Path = BIN_DIR) -> str:
+    return GANG_GATES[min(max(kube_minor(bin_dir), min(GANG_GATES)), max(GANG_GATES))]
 
 
-def gang_api() -> str:
-    return GANG_API[min(max(kube_minor(), min(GANG_API)), max(GANG_API))]
+def gang_api(bin_dir: Path = BIN_DIR) -> str:
+    return GANG_API[min(max(kube_minor(bin_dir), min(GANG_API)), max(GANG_API))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,6 +111,8 @@ class LocalCluster:
     # ... and of every user in one of these groups (system:serviceaccounts: every pod's and token's).
     audit_groups: tuple[str, ...] = ()
     service_cidr: str = SERVICE_CIDR
+    # Where its binaries are: the default build, or a version's folder (hack/build-kube-version.sh).
+    bin_dir: Path = BIN_DIR
     processes: dict[str, int] = field(default_factory=dict)
     # The children this object started, kept so they are reaped (and Python doesn't warn).
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -138,9 +140,9 @@ class LocalCluster:
         wanted += list(realnode.DAEMONS) if self.real_node else []
         wanted += ["coscheduler", "coscheduling-controller", "vc-scheduler"] if self.gang_schedulers else []
         wanted += ["kueue"] if self.kueue else []
-        missing = [b for b in wanted if not (BIN_DIR / b).exists()]
+        missing = [b for b in wanted if not (self.bin_dir / b).exists()]
         if missing:
-            raise RuntimeError(f"missing {missing} in {BIN_DIR}: run hack/build-binaries.sh (make binaries)")
+            raise RuntimeError(f"missing {missing} in {self.bin_dir}: run hack/build-binaries.sh (make binaries)")
         if self.state_file.exists():
             self.down()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -160,9 +162,9 @@ class LocalCluster:
             self._start_kwok()
             self._create_nodes()
             if self.gang_schedulers:
-                gangschedulers.start(self, BIN_DIR, deadline)
+                gangschedulers.start(self, self.bin_dir, deadline)
             if self.kueue:
-                kueue.start(self, BIN_DIR, deadline)
+                kueue.start(self, self.bin_dir, deadline)
             if self.real_node:
                 realnode.RealNode(self).up(deadline)
             self._wait_ready(deadline)
@@ -214,8 +216,8 @@ class LocalCluster:
 
     # -- components --------------------------------------------------------------------------
 
-    def _spawn(self, name: str, args: list[str]) -> None:
-        self.spawn(name, [str(BIN_DIR / name), *args])
+    def _spawn(self, name: str, args: list[str], append: bool = False) -> None:
+        self.spawn(name, [str(self.bin_dir / name), *args], append)
 
     def spawn(self, name: str, argv: list[str], append: bool = False) -> None:
         """Start one of the cluster's processes, logging to logs/<name>.log; `down` stops it."""
@@ -257,8 +259,26 @@ class LocalCluster:
         ])
         self.wait("etcd healthy", lambda: http_ok(f"{self.etcd_url}/health"), deadline)
 
-    def _start_apiserver(self, pki: Path, deadline: float) -> None:
-        port = free_port()
+    def upgrade(self, bin_dir: Path, timeout: float = 60) -> None:
+        """The control plane replaced by `bin_dir`'s, in Kubernetes' upgrade order: the API server
+        (on the same port and etcd), then the controller manager and the scheduler, each stopped and
+        started with the flags its minor wants. Nodes and every other client keep running."""
+        deadline = time.monotonic() + timeout
+        pki = self.root / "pki"
+        self.bin_dir = bin_dir
+        self._replace("kube-apiserver")
+        self._start_apiserver(pki, deadline, port=int(self.server.rsplit(":", 1)[1]), append=True)
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            self._replace(name)
+        self._start_controllers(pki, append=True)
+        self.check_alive()
+
+    def _replace(self, name: str) -> None:
+        _stop(self.processes.pop(name))
+        self.children.pop(name).wait()
+
+    def _start_apiserver(self, pki: Path, deadline: float, port: int | None = None, append: bool = False) -> None:
+        port = port or free_port()
         self.server = f"https://{self.host}:{port}"
         self._spawn("kube-apiserver", [
             f"--etcd-servers={self.etcd_url}",
@@ -277,7 +297,7 @@ class LocalCluster:
             "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
             # Kubernetes' own gang scheduling (KEP-4671, alpha): the Workload and PodGroup API and
             # the pods' spec.schedulingGroup.
-            f"--feature-gates={gang_gates()}", f"--runtime-config={gang_api()}=true",
+            f"--feature-gates={gang_gates(self.bin_dir)}", f"--runtime-config={gang_api(self.bin_dir)}=true",
             "--profiling=false",
             # The `kubernetes` Service's endpoint: pods on the real node reach the API server
             # through it (kube-proxy); a loopback address can't be an endpoint.
@@ -287,7 +307,7 @@ class LocalCluster:
             f"--kubelet-client-certificate={pki / 'admin.crt'}", f"--kubelet-client-key={pki / 'admin.key'}",
             *self._audit_flags(),
             "--v=1",
-        ])
+        ], append)
         ctx = self._ssl_context(pki)
         self.wait("kube-apiserver ready", lambda: http_ok(f"{self.server}/readyz", ctx), deadline)
 
@@ -314,7 +334,7 @@ class LocalCluster:
         path.chmod(0o600)
         return path
 
-    def _start_controllers(self, pki: Path) -> None:
+    def _start_controllers(self, pki: Path, append: bool = False) -> None:
         kc = str(self.kubeconfig)
         self._spawn("kube-controller-manager", [
             f"--kubeconfig={kc}", "--leader-elect=false", "--secure-port=0",
@@ -337,7 +357,7 @@ class LocalCluster:
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
             "--kube-api-qps=1000", "--kube-api-burst=2000", "--concurrent-gc-syncs=50",
             "--v=1",
-        ])
+        ], append)
         scheduler_config = self.root / "scheduler.yaml"
         scheduler_config.write_text(json.dumps({
             "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -346,7 +366,7 @@ class LocalCluster:
             "leaderElection": {"leaderElect": False},
         }))
         self._spawn("kube-scheduler", [f"--config={scheduler_config}", "--secure-port=0",
-                                       f"--feature-gates={gang_gates()}", "--v=1"])
+                                       f"--feature-gates={gang_gates(self.bin_dir)}", "--v=1"], append)
 
     def _start_kwok(self) -> None:
         # The fake nodes' pod deletes: ours, with the pod's UID as precondition (hack/podreaper.py).
@@ -359,7 +379,7 @@ class LocalCluster:
         """KWOK managing the nodes annotated `kwok.x-k8s.io/node: <node_value>` (the plane's own are
         "fake"; a test may run another KWOK for nodes of its own)."""
         return [
-            str(BIN_DIR / "kwok"),
+            str(self.bin_dir / "kwok"),
             f"--kubeconfig={self.kubeconfig}",
             f"--config={STAGES}",
             "--manage-all-nodes=false",

@@ -1,7 +1,8 @@
 // Wrapper module: builds Kubernetes v1.37's control plane, kubectl and the real node's kubelet and
-// kube-proxy from the Go module proxy, for `make test-matrix` (hack/build-kube-version.sh). Its own
-// graph: Kueue, scheduler-plugins and CoreDNS stay in hack/kube's, on the 1.36 libraries they are
-// written for, and run against a 1.37 API server as any client of it does.
+// kube-proxy from the Go module proxy: the default plane (hack/build-kube-version.sh, called by
+// hack/build-binaries.sh). Nothing else is in this graph, so Kubernetes' modules stay as released:
+// Kueue, scheduler-plugins, CoreDNS and kube-router are built in hack/kube's, on the 1.36 libraries
+// they are written for, and run against a 1.37 API server as any client one minor behind does.
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with ./staging paths
 // that only exist in its git tree; we point each at its published tag.
 module disttrain.dev/hack/kube-v1.37

@@ -1,4 +1,6 @@
-// Wrapper module: builds the Kubernetes control plane from the Go module proxy.
+// Wrapper module, on Kubernetes' 1.36 libraries: builds the API server's clients that don't compile
+// against 1.37's (CoreDNS, scheduler-plugins' Coscheduling and its controller, Kueue, kube-router:
+// hack/versions.env says why), and 1.36's control plane for `make test-matrix` and the upgrade test.
 // k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
 // ./staging paths that only exist in its git tree; we point each at its published tag.
 module disttrain.dev/hack/kube

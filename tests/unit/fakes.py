@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from disttrain.api.observed import ObservedPod, observe_pod
-from disttrain.apiserver.kube import Conflict, Invalid, NamespaceTerminating, Refused
+from disttrain.apiserver.kube import Conflict, Invalid, NamespaceTerminating, NotServed, Refused
 
 START = datetime.datetime(2026, 11, 22, 12, 0, 0, tzinfo=datetime.UTC)
 _uids = itertools.count(1)
@@ -76,6 +76,9 @@ class FakeKube:
             raise Invalid(self.invalid[obj["metadata"]["name"]])
         if obj["metadata"]["name"] in self.refused:
             raise Refused(self.refused[obj["metadata"]["name"]])
+        if str(obj["apiVersion"]).startswith("scheduling.k8s.io/") and obj["apiVersion"] not in self.served:
+            raise NotServed(f"not found: {obj['apiVersion']} {obj['kind']} (404): the server could not find the "
+                            "requested resource")
         if key_of(obj) in self.objects:
             return None
         return str(self.add(dict(obj))["metadata"]["uid"])

@@ -485,3 +485,31 @@ def test_the_ssh_secret_is_never_read_and_an_earlier_operators_name_is_kept() ->
         assert {v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v} == {"mnist-ssh"}
         assert legacy.status()["sshSecret"] == "mnist-ssh"
     run(scenario)
+
+
+def test_a_group_version_no_longer_served_makes_the_next_pass_read_what_is() -> None:
+    """Issue 35, on a plane upgraded under the operator (tests/integration/test_plane_upgrade.py): the
+    gang APIs served were cached for a minute, so a job restarted just after a 1.36 -> 1.37 upgrade
+    made its group as v1alpha2 again and again (404) until the cache ran out. A create's 404 now
+    forgets what was read: the next pass asks the cluster."""
+    from disttrain.api.objects import JobRef
+    from disttrain.control.children import Children
+    from disttrain.control.expectations import Expectations
+    from disttrain.control.groups import Groups
+    from disttrain.decide.reasons import Reason
+
+    async def scenario() -> None:
+        kube, clock = FakeKube(), FakeClock()
+        groups = Groups(kube, clock)
+        assert "scheduling.k8s.io/v1alpha2" in await groups.served()
+        kube.served = {"v1", "scheduling.k8s.io/v1beta1"}  # upgraded
+        assert "scheduling.k8s.io/v1alpha2" in await groups.served(), "read a moment ago: kept"
+        ref = JobRef(name="mnist", namespace="ml", uid="uid-1")
+        workload = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload",
+                    "metadata": {"name": "mnist", "namespace": "ml"}}
+        failed, _ = await Children(kube, groups, 4).create_all(Expectations(clock, ref.uid), ref, "tensorflow",
+                                                               [workload])
+        assert failed is not None and failed[0] is Reason.CREATE_REFUSED
+        assert failed[1].startswith("Workload mnist can't be created: not found: scheduling.k8s.io/v1alpha2"), failed
+        assert await groups.served() == frozenset({"scheduling.k8s.io/v1beta1"})
+    asyncio.run(scenario())

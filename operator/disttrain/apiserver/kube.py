@@ -1,5 +1,4 @@
-"""The few API writes the operator makes, over our REST client (rest.py), with errors sorted
-into what reconciling needs to know: already there, gone, conflict, invalid."""
+"""The operator's few API writes over rest.py, errors sorted: already there, gone, conflict, invalid."""
 
 from __future__ import annotations
 
@@ -72,6 +71,10 @@ class Refused(Exception):
     PodSecurity level, a webhook. Its message is the API server's."""
 
 
+class NotServed(Refused):
+    """A create's 404: a kind not served (an upgrade removed its version, a CRD gone), or no namespace."""
+
+
 class Conflict(Exception):
     """The object changed since we read it: reconcile again from the newer version."""
 
@@ -123,12 +126,9 @@ class Kube:
                 raise Invalid(error.message) from err
             if error.kind in REFUSALS:
                 raise Refused(error.describe()) from err
-            if error.kind is ErrorKind.NOT_FOUND:
-                # A create's 404: a kind the API server doesn't serve (an upgrade removed its version,
-                # a CRD uninstalled: "the server could not find the requested resource"), or the
-                # namespace gone with the job. Said on the job and tried again with backoff, never
-                # retried in silence (issue 31).
-                raise Refused(f"not found: {obj['apiVersion']} {obj['kind']} ({error.code}): {error.message}") from err
+            if error.kind is ErrorKind.NOT_FOUND:  # never retried in silence (issue 31)
+                kind = f"{obj['apiVersion']} {obj['kind']}"
+                raise NotServed(f"not found: {kind} ({error.code}): {error.message}") from err
             raise
         return _answer.decode(created).metadata.uid
 

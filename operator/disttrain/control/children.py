@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from disttrain.api.constants import DISCOVERY_ANNOTATION, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from disttrain.api.objects import JobRef, Ownership, PodKey, not_owned_message, ownership
 from disttrain.api.observed import ObservedPod
-from disttrain.apiserver.kube import Invalid, Refused
+from disttrain.apiserver.kube import Invalid, NotServed, Refused
 from disttrain.control.expectations import Expectations
 from disttrain.control.groups import Groups
 from disttrain.decide.reasons import Reason
@@ -56,6 +56,9 @@ class Children:
                     ownership = await self._create_owned(ref, obj)
                 except Invalid as err:
                     return (Reason.INVALID_OBJECT, f"{what}: {err}"), False
+                except NotServed as err:  # a gang API version an upgrade removed: read what is served again
+                    self.groups.forget_served()
+                    return (Reason.CREATE_REFUSED, f"{what}: {err}"), False
                 except Refused as err:  # a ResourceQuota on count/secrets, a policy engine: may pass
                     return (Reason.CREATE_REFUSED, f"{what}: {err}"), False
                 if ownership is Ownership.FOREIGN:

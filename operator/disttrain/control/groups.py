@@ -72,6 +72,11 @@ class Groups:
                 return dataclasses.replace(job, group=volcano_status(found))
         return job
 
+    def forget_served(self) -> None:
+        """A group's create found its API version not served (1.37 removed v1alpha2 under a running
+        operator): the next pass reads what is served now, not within the TTL."""
+        self._served = None
+
     async def served(self) -> frozenset[str]:
         """The gang APIs (group/versions) the cluster serves, looked up again after a TTL."""
         now = self.clock.monotonic()
