@@ -5,7 +5,8 @@ VENV := .cache/venv
 PY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 BINARY_SOURCES := hack/versions.env hack/build-binaries.sh hack/build-kube-version.sh hack/kube/go.mod \
-                  $(wildcard hack/kube/*/main.go) hack/kube-v1.37/go.mod \
+                  hack/kube/go.sum $(wildcard hack/kube/*.go hack/kube/*/main.go) \
+                  hack/kube-v1.37/go.mod hack/kube-v1.37/go.sum hack/kube-v1.37/tools.go \
                   hack/volcano/go.mod hack/etcd/go.mod \
                   hack/kwok/go.mod hack/kwok/easycel-guard.patch
 BINARIES_STAMP := .cache/bin/.stamp-$(shell cat $(BINARY_SOURCES) | sha1sum | cut -c1-12)

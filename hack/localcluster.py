@@ -271,6 +271,7 @@ class LocalCluster:
         for name in ("kube-controller-manager", "kube-scheduler"):
             self._replace(name)
         self._start_controllers(pki, append=True)
+        time.sleep(2)  # a flag or controller the new minor refuses ends it within a moment
         self.check_alive()
 
     def _replace(self, name: str) -> None:

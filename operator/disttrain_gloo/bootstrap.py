@@ -65,7 +65,22 @@ _SIOCGIFADDR = 0x8915
 
 
 def say(message: str) -> None:
-    print(f"disttrain-gloo: {message}", file=sys.stderr, flush=True)
+    write_all(2, f"disttrain-gloo: {message}\n".encode(errors="replace"))
+
+
+RELAY_LOCK = threading.Lock()  # one line at a time on the container's stdout and stderr
+
+
+def write_all(fd: int, data: bytes) -> bool:
+    """`data` to `fd` whole, under the relay's lock (os.write may write part of it); False if the
+    stream is gone (the container's log pipe closed)."""
+    with RELAY_LOCK:
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:
+            return False
+    return True
 
 
 class World:
@@ -323,6 +338,9 @@ class Ranks:
 
     def __init__(self) -> None:
         self.processes: dict[int, int] = {}  # pid: local rank
+        # Held, never dropped: a Popen dropped while its child runs is polled (and the child reaped)
+        # by subprocess's own cleanup, and wait()'s waitpid would never see it end.
+        self.popens: list[subprocess.Popen[bytes]] = []
         self.relays: list[threading.Thread] = []
         self.started = False
         self.signalled: int | None = None
@@ -346,11 +364,12 @@ class Ranks:
         for local_rank, env in enumerate(envs):
             pipe = subprocess.PIPE if relay else None
             proc = subprocess.Popen(command, env=env, stdout=pipe, stderr=pipe)
+            self.popens.append(proc)
             self.processes[proc.pid] = local_rank
-            for stream, name, out in ((proc.stdout, "stdout", sys.stdout), (proc.stderr, "stderr", sys.stderr)):
+            for stream, name, fd in ((proc.stdout, "stdout", 1), (proc.stderr, "stderr", 2)):
                 if stream is not None:
                     prefix = f"[{env.get('HOROVOD_RANK', local_rank)}]<{name}>:".encode()
-                    thread = threading.Thread(target=relay_lines, args=(stream, prefix, out.buffer), daemon=True)
+                    thread = threading.Thread(target=relay_lines, args=(stream, prefix, fd), daemon=True)
                     thread.start()
                     self.relays.append(thread)
         if self.signalled is not None:  # one came while they started: every rank hears it
@@ -368,7 +387,11 @@ class Ranks:
         failed: int | None = None
         deadline: float | None = None
         while self.processes:
-            pid, status = os.waitpid(-1, os.WNOHANG if deadline is not None else 0)
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG if deadline is not None else 0)
+            except ChildProcessError:  # none left to wait for: reaped elsewhere, say so
+                say(f"local ranks {sorted(self.processes.values())} were reaped unseen; their codes are lost")
+                return failed or 1
             if pid == 0:  # stopping the others: none has ended yet
                 assert deadline is not None  # WNOHANG only then
                 if time.monotonic() >= deadline:
@@ -387,16 +410,14 @@ class Ranks:
         return failed or 0
 
 
-RELAY_LOCK = threading.Lock()
-
-
-def relay_lines(stream: Any, prefix: bytes, out: Any) -> None:
-    """A rank's stream to ours, a whole line per write, after the rank's prefix."""
+def relay_lines(stream: Any, prefix: bytes, fd: int) -> None:
+    """A rank's stream to our `fd`, a whole line per write, after the rank's prefix. Read to its end
+    even once `fd` is gone (what is read then is dropped): a rank must never block on a full pipe."""
+    writable = True
     with contextlib.suppress(OSError, ValueError):
         for line in iter(lambda: stream.readline(LINE_BYTES), b""):
-            with RELAY_LOCK:
-                out.write(prefix + line + (b"" if line.endswith(b"\n") else b"\n"))
-                out.flush()
+            if writable:
+                writable = write_all(fd, prefix + line + (b"" if line.endswith(b"\n") else b"\n"))
 
 
 def rank_environment(world: World, local_rank: int, ip: str, interface: str | None) -> dict[str, str]:

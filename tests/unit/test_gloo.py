@@ -394,6 +394,21 @@ def test_several_ranks_output_comes_whole_lines_each_prefixed_with_its_rank(tmp_
         [bootstrap.LINE_BYTES, 70000 - bootstrap.LINE_BYTES] * 2), "a line over 64 KiB comes in prefixed pieces"
 
 
+def test_a_rank_writing_to_a_closed_log_is_not_blocked_and_its_code_is_the_pods(tmp_path: Path) -> None:
+    """The container's stdout closed (a log pipe gone): the relay keeps reading each rank's output
+    and drops it, so a rank writing more than a pipe holds ends, and the pod exits with its code."""
+    read, write = os.pipe()
+    os.close(read)  # whatever is written to `write` now fails (EPIPE)
+    command = [sys.executable, "-c", "import sys\nfor _ in range(4000): print('x' * 100)\nsys.exit(3)"]
+    env = {**os.environ, "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_SIZE": "2", "HOROVOD_CROSS_RANK": "0",
+           "HOROVOD_CROSS_SIZE": "1", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "localhost",
+           "HOROVOD_GLOO_RENDEZVOUS_PORT": str(_free_port())}
+    with open(tmp_path / "stderr", "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, str(BOOTSTRAP), "--", *command], env=env, stdout=write, stderr=stderr)
+    os.close(write)
+    assert proc.wait(60) == 3
+
+
 def test_sigterm_before_the_ranks_start_ends_the_bootstrap_at_once(tmp_path: Path) -> None:
     """Waiting for a worker that never comes: a SIGTERM (a delete, a suspend) ends it with 143,
     not after the pod's grace period (as the container's PID 1 it would otherwise ignore it)."""

@@ -57,7 +57,8 @@ class Children:
                 except Invalid as err:
                     return (Reason.INVALID_OBJECT, f"{what}: {err}"), False
                 except NotServed as err:  # a gang API version an upgrade removed: read what is served again
-                    self.groups.forget_served()
+                    if obj["kind"] in ("Workload", "PodGroup"):
+                        self.groups.forget_served()
                     return (Reason.CREATE_REFUSED, f"{what}: {err}"), False
                 except Refused as err:  # a ResourceQuota on count/secrets, a policy engine: may pass
                     return (Reason.CREATE_REFUSED, f"{what}: {err}"), False
