@@ -211,6 +211,12 @@ def service_account_kubeconfig(cluster: Cluster, path: Path, namespace: str, ser
 TIMED: list[str] = []  # this run's timings, printed at the end of the run (conftest.py)
 
 
+def pinned_versions() -> dict[str, str]:
+    """hack/versions.env, as {name: value}."""
+    return dict(line.split("=", 1) for line in (ROOT / "hack" / "versions.env").read_text().splitlines()
+                if line and not line.startswith("#"))
+
+
 def record_timing(kind: str, name: str, seconds: float) -> None:
     """A measured time, for the closing notes and README: printed (`pytest -s`, CI's log) and kept in
     `.cache/<kind>-timings.json` across runs."""

@@ -387,11 +387,7 @@ class Ranks:
         failed: int | None = None
         deadline: float | None = None
         while self.processes:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG if deadline is not None else 0)
-            except ChildProcessError:  # none left to wait for: reaped elsewhere, say so
-                say(f"local ranks {sorted(self.processes.values())} were reaped unseen; their codes are lost")
-                return failed or 1
+            pid, status = os.waitpid(-1, os.WNOHANG if deadline is not None else 0)
             if pid == 0:  # stopping the others: none has ended yet
                 assert deadline is not None  # WNOHANG only then
                 if time.monotonic() >= deadline:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from support import ROOT, Cluster, wait_for
+from support import ROOT, Cluster, pinned_versions, wait_for
 
 WIDGET_CRD = textwrap.dedent("""
     apiVersion: apiextensions.k8s.io/v1
@@ -51,9 +51,7 @@ def test_version_is_the_pinned_release(cluster: Cluster) -> None:
     version = cluster.kubectl("version", "-o", "json").stdout
     assert f'"gitVersion": "{kube_version()}"' in version
     if BIN_DIR == ROOT / ".cache" / "bin":
-        pinned = dict(line.split("=", 1) for line in (ROOT / "hack" / "versions.env").read_text().splitlines()
-                      if line and not line.startswith("#"))
-        assert kube_version() == pinned["KUBERNETES_VERSION"]
+        assert kube_version() == pinned_versions()["KUBERNETES_VERSION"]
 
 
 def test_fake_gpu_nodes_are_ready(cluster: Cluster) -> None:

@@ -39,13 +39,13 @@ from support import (
     OperatorProcess,
     chart_identity,
     install_crd,
+    pinned_versions,
     record_timing,
     wait_for,
     wait_namespace_ready,
 )
 
-VERSIONS = dict(line.split("=", 1) for line in (ROOT / "hack" / "versions.env").read_text().splitlines()
-                if line and not line.startswith("#"))
+VERSIONS = pinned_versions()
 FROM = VERSIONS["PREVIOUS_KUBERNETES_VERSION"]
 TO = VERSIONS["KUBERNETES_VERSION"]
 NS = "upgrade"

@@ -56,11 +56,9 @@ class Children:
                     ownership = await self._create_owned(ref, obj)
                 except Invalid as err:
                     return (Reason.INVALID_OBJECT, f"{what}: {err}"), False
-                except NotServed as err:  # a gang API version an upgrade removed: read what is served again
-                    if obj["kind"] in ("Workload", "PodGroup"):
-                        self.groups.forget_served()
-                    return (Reason.CREATE_REFUSED, f"{what}: {err}"), False
                 except Refused as err:  # a ResourceQuota on count/secrets, a policy engine: may pass
+                    if isinstance(err, NotServed) and obj["kind"] in ("Workload", "PodGroup"):
+                        self.groups.forget_served()  # a gang API version an upgrade removed: read what is served
                     return (Reason.CREATE_REFUSED, f"{what}: {err}"), False
                 if ownership is Ownership.FOREIGN:
                     return (Reason.OBJECT_NOT_OWNED, not_owned_message(ref, obj)), False
