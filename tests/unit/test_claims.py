@@ -10,6 +10,7 @@ import pytest
 from disttrain.builders.claims import (
     UncountableClaim,
     claim_gpus,
+    count_claim,
     driver_of,
     gpu_device_classes,
     pod_claims,
@@ -70,7 +71,7 @@ def test_alternatives_count_when_they_agree_and_all_of_a_node_never_does() -> No
 
 
 def test_a_pods_gpus_are_its_claims_templates_and_shared_claims_named_as_such() -> None:
-    template = {"spec": {"resourceClaims": [
+    template: dict[str, Any] = {"spec": {"resourceClaims": [
         {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
         {"name": "nic", "resourceClaimTemplateName": "one-nic"},
         {"name": "shared", "resourceClaimName": "team-gpu"},
@@ -80,9 +81,13 @@ def test_a_pods_gpus_are_its_claims_templates_and_shared_claims_named_as_such() 
     specs = {"template/two-gpus": spec({"exactly": exactly("gpu.example.com", 2)}),
              "template/one-nic": spec({"exactly": exactly("rdma.example.com")}),
              "claim/team-gpu": spec({"exactly": exactly("gpu.nvidia.com")})}
-    assert template_claim_gpus(template, specs, GPUS) == 3
-    assert shared_gpu_claims(template, specs, GPUS) == ["team-gpu"]
-    assert template_claim_gpus({"spec": {}}, specs, GPUS) == 0
+    counts = {key: count_claim(value, GPUS) for key, value in specs.items()}
+    assert template_claim_gpus(template, counts) == 0, "the rank container names none of them"
+    template["spec"]["containers"] = [{"name": "rank", "resources": {"claims": [
+        {"name": n} for n in ("gpus", "nic", "shared", "unknown")]}}]
+    assert template_claim_gpus(template, counts) == 3
+    assert shared_gpu_claims(template, counts) == ["team-gpu"]
+    assert template_claim_gpus({"spec": {}}, counts) == 0
 
 
 def test_counts_a_claim_cant_be_allocated_or_that_are_no_number_are_refused_and_admin_access_counts_none() -> None:

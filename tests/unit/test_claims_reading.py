@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import gc
+import json
+import tracemalloc
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from fakes import FakeClock
 from test_claims import EXAMPLE, NVIDIA, exactly, spec
 
@@ -40,6 +44,9 @@ def mpi_with_claims(workers: int, *claims: dict[str, Any], slots: int | None = N
                     status: dict[str, Any] | None = None, uid: str = "uid-1") -> JobState:
     worker = replica(workers, "ExitCode", cpu="1")
     worker["template"]["spec"]["resourceClaims"] = list(claims)
+    # the rank container is given each claim whole (a container sees only the claims it names)
+    worker["template"]["spec"]["containers"][0].setdefault("resources", {})["claims"] = [
+        {"name": c["name"]} for c in claims if isinstance(c.get("name"), str)]
     mpi: dict[str, Any] = {"launcher": replica(1, "Never", command=["mpirun", "python", "/train.py"]),
                            "worker": worker}
     if slots is not None:
@@ -59,7 +66,7 @@ def test_a_workers_slots_are_the_gpus_its_claim_template_allocates() -> None:
     state = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"})
     seen = asyncio.run(claims.observe(state, []))
     assert seen.claims.gpus == 2 and seen.spec.mpi is not None and slots_per_worker(seen.spec.mpi) == 2
-    assert reads.calls == [("get", "ResourceClaimTemplate", "two-gpus"), ("list", "DeviceClass", "")]
+    assert reads.calls == [("list", "DeviceClass", ""), ("get", "ResourceClaimTemplate", "two-gpus")]
     kept = mpi_with_claims(4, {"name": "gpus", "resourceClaimTemplateName": "two-gpus"},
                            status={"claimedGPUsPerWorker": 2})
     assert asyncio.run(claims.observe(kept, [])).claims.gpus == 2
@@ -105,13 +112,13 @@ def test_each_job_reads_its_own_claim_objects_so_a_template_made_again_counts_an
         "spec": {"spec": spec({"exactly": exactly("gpu.example.com", 4)})}}
     again = mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "two-gpus"}, uid="uid-2")
     assert asyncio.run(claims.observe(again, [])).claims.gpus == 4
-    assert set(claims.specs) == {"uid-1", "uid-2"}
+    assert set(claims.counts) == {"uid-1", "uid-2"}
     kept = mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "two-gpus"},
                            status={"claimedGPUsPerWorker": 2})
     asyncio.run(claims.observe(kept, OWN))
-    assert set(claims.specs) == {"uid-2"}, "counted and kept in its status: the cache lets it go"
+    assert set(claims.counts) == {"uid-2"}, "counted and kept in its status: the cache lets it go"
     claims.forget("uid-2")
-    assert not claims.specs
+    assert not claims.counts
 
 
 def test_a_finished_job_reads_nothing() -> None:
@@ -160,19 +167,24 @@ def test_an_elastic_job_that_may_grow_past_one_worker_cant_share_a_gpu_claim() -
     assert "shared by all 3 workers" in str(seen.claims.trouble)
 
 
-def test_the_stated_bounds_hold_jobs_kept_claims_read_and_a_status_count() -> None:
-    """At most MAX_JOBS jobs' claim specs are kept; at most MAX_CLAIMS of a template's entries are read;
-    a status count past MAX_PER_WORKER is ignored; an earlier job's pods are not this job's."""
+def test_the_stated_bounds_hold_bytes_kept_claims_read_and_a_status_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most MAX_KEPT_BYTES of counts are kept, the oldest job's let go first; at most MAX_CLAIMS
+    of a template's entries are read; a status count past MAX_PER_WORKER is ignored; an earlier
+    job's pods are not this job's."""
     from disttrain.api.constants import MAX_CLAIMS
     from disttrain.builders.claims import MAX_PER_WORKER
-    from disttrain.control.claims import MAX_JOBS
+    from disttrain.control import claims as claims_module
 
+    monkeypatch.setattr(claims_module, "MAX_KEPT_BYTES", 4096)
     reads = Reads({("ResourceClaimTemplate", "two-gpus"): TWO})
     claims = Claims(reads, FakeClock(), ["gpu.example.com"])
-    for i in range(MAX_JOBS + 5):
-        asyncio.run(claims.observe(mpi_with_claims(2, {"name": "g", "resourceClaimTemplateName": "two-gpus"},
-                                                   uid=f"uid-{i}"), []))
-    assert len(claims.specs) == MAX_JOBS and "uid-0" not in claims.specs, "the oldest let go"
+    waiting = [{"name": "g", "resourceClaimTemplateName": "two-gpus"},
+               {"name": "later", "resourceClaimTemplateName": "not-there-yet"}]
+    for i in range(100):
+        asyncio.run(claims.observe(mpi_with_claims(2, *waiting, uid=f"uid-{i}"), []))
+        assert claims.kept_bytes <= 4096
+    assert "uid-0" not in claims.counts and "uid-99" in claims.counts, "the oldest let go"
+    assert claims.kept_bytes == sum(c.size for job in claims.counts.values() for c in job.values())
 
     many = [{"name": f"c{i}", "resourceClaimTemplateName": f"t{i}"} for i in range(MAX_CLAIMS + 10)]
     reads.objects.update({("ResourceClaimTemplate", f"t{i}"): TWO for i in range(MAX_CLAIMS + 10)})
@@ -185,3 +197,58 @@ def test_the_stated_bounds_hold_jobs_kept_claims_read_and_a_status_count() -> No
     assert asyncio.run(claims.observe(past, [])).claims.gpus == 2, "ignored: counted again from the claims"
     earlier = [dataclasses.replace(OWN[0], owner_uid="an-earlier-job")]
     assert asyncio.run(claims.observe(mpi_with_claims(2, entry, status={"phase": "Pending"}), earlier)).claims.gpus == 2
+
+
+class FreshReads(Reads):
+    """Each get is a new object, as one parsed from the API server's answer is (a deep copy would
+    share the strings, and keep nothing new to measure)."""
+
+    async def get(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        found = await super().get(obj)
+        return json.loads(json.dumps(found)) if found else None
+
+
+def test_a_job_waiting_on_a_claim_keeps_counts_not_the_megabytes_of_its_templates_specs() -> None:
+    """31 templates of 1.3 MB each (32 requests x 4 CEL selectors of 10 KiB: within resource.k8s.io's
+    limits) and one template not there: the job waits, and what is kept for it is bytes, not the
+    specs. Before: three such jobs kept 125 MB (the issue saw the controller grow 57 -> 179 MB)."""
+    selector = {"cel": {"expression": "device.attributes['x'].y == '" + "z" * 10_240 + "'"}}
+    request = {"exactly": {**exactly("gpu.example.com", 1), "selectors": [selector] * 4}}
+    huge = {"spec": {"spec": {"devices": {"requests": [
+        {"name": f"r{i}", **request} for i in range(32)]}}}}
+    assert len(json.dumps(huge)) > 1_300_000
+    reads = FreshReads({("ResourceClaimTemplate", f"big-{i}"): huge for i in range(31)})
+    claims = Claims(reads, FakeClock(), ["gpu.example.com"])
+    entries = [{"name": f"c{i}", "resourceClaimTemplateName": f"big-{i}"} for i in range(31)]
+    entries.append({"name": "missing", "resourceClaimTemplateName": "not-there"})
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for job_index in range(3):
+            seen = asyncio.run(claims.observe(mpi_with_claims(2, *entries, uid=f"uid-{job_index}"), []))
+            assert seen.claims.missing == "ResourceClaimTemplate not-there"
+        gc.collect()
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert kept < 2 << 20, f"{kept / 2**20:.1f} MiB kept for three waiting jobs"
+    assert claims.kept_bytes < 3 * 31 * 32 * 200
+
+
+def test_only_the_claims_and_requests_the_rank_container_names_count() -> None:
+    """A template of two requests, `train` (1 GPU) and `extra` (2 GPUs), whose rank container names
+    only `train`: one slot (before: 3, every request of every claim of the pod counted)."""
+    two_requests = {"spec": {"spec": {"devices": {"requests": [
+        {"name": "train", "exactly": exactly("gpu.example.com", 1)},
+        {"name": "extra", "exactly": exactly("gpu.example.com", 2)}]}}}}
+    reads = Reads({("ResourceClaimTemplate", "mixed"): two_requests, ("ResourceClaimTemplate", "two-gpus"): TWO})
+    state = mpi_with_claims(2, {"name": "gpus", "resourceClaimTemplateName": "mixed"},
+                            {"name": "sidecar-gpus", "resourceClaimTemplateName": "two-gpus"})
+    state.spec.mpi.worker.template["spec"]["containers"][0]["resources"]["claims"] = [  # type: ignore[union-attr]
+        {"name": "gpus", "request": "train"}]
+    seen = asyncio.run(Claims(reads, FakeClock(), ["gpu.example.com"]).observe(state, []))
+    assert seen.claims.gpus == 1, seen.claims
+    state.spec.mpi.worker.template["spec"]["containers"][0]["resources"]["claims"] = [  # type: ignore[union-attr]
+        {"name": "gpus"}, {"name": "gpus", "request": "extra"}]
+    assert asyncio.run(Claims(reads, FakeClock(), ["gpu.example.com"]).observe(state, [])).claims.gpus == 3, \
+        "the whole claim named, and one of its requests again: counted once"

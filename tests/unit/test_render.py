@@ -47,6 +47,7 @@ spec:
 def dra_job(claim: dict[str, str]) -> str:
     job = mpi_job("hvd", workers=2, gpus=0)
     job["spec"]["mpi"]["worker"]["template"]["spec"]["resourceClaims"] = [claim]
+    job["spec"]["mpi"]["worker"]["template"]["spec"]["containers"][0]["resources"]["claims"] = [{"name": claim["name"]}]
     return yaml.safe_dump(job)
 
 

@@ -130,25 +130,74 @@ def gpu_device_classes(device_classes: Iterable[Mapping[str, Any]], named: Itera
     return frozenset(pinned | set(named))
 
 
-def claim_gpus(claim_spec: Mapping[str, Any], gpu_classes: frozenset[str]) -> int:
-    """GPUs a claim of this spec allocates. UncountableClaim for a GPU request of mode All (as many
-    as the node has), alternatives of different GPU counts (the scheduler picks one), a count that
-    is no whole number from 1 to 32, or more than the 32 devices a claim can be allocated."""
+@dataclass(frozen=True)
+class ClaimCount:
+    """What counting needs of one claim object, kept in its spec's place (control/claims.py): each
+    request's GPUs, or why that request can't be counted. A spec can be megabytes (32 requests of
+    CEL selectors of 10 KiB each, within resource.k8s.io's limits); this is a few bytes a request."""
+
+    requests: tuple[tuple[str, int | str], ...] = ()
+    trouble: str | None = None  # the claim as a whole can't be counted
+    gpu_classes: frozenset[str] = frozenset()  # the classes counted as GPUs (one set, shared by all counts)
+
+    def gpus(self, request: str | None = None) -> int:
+        """GPUs the claim gives a container that names `request` (None: the whole claim)."""
+        if self.trouble is not None:
+            raise UncountableClaim(self.trouble)
+        total = 0
+        for name, counted in self.requests:
+            if request is None or name == request:
+                if isinstance(counted, str):
+                    raise UncountableClaim(counted)
+                total += counted
+        return total
+
+    @property
+    def size(self) -> int:
+        """About the bytes it keeps: what control/claims.py bounds its cache by."""
+        return 64 + sum(64 + len(name) + (len(c) if isinstance(c, str) else 0) for name, c in self.requests) \
+            + len(self.trouble or "")
+
+
+def count_claim(claim_spec: Mapping[str, Any], gpu_classes: frozenset[str]) -> ClaimCount:
+    """Each request of a claim of this spec, with the GPUs it allocates or why that can't be known: a
+    GPU request of mode All (as many as the node has), alternatives of different GPU counts (the
+    scheduler picks one), a count that is no whole number from 1 to 32; and the claim as a whole
+    when it asks more than the 32 devices a claim can be allocated."""
+    counted: list[tuple[str, int | str]] = []
     total = 0
     devices = claim_spec.get("devices") if isinstance(claim_spec, Mapping) else None
     for index, request in enumerate(_list((devices if isinstance(devices, Mapping) else {}).get("requests"))):
         request = request if isinstance(request, Mapping) else {}
-        where = f"devices.requests[{index}] ({str(request.get('name', ''))[:63]})"
-        if request.get("firstAvailable"):
-            counts = {_exact_gpus(sub, gpu_classes, where) for sub in _list(request["firstAvailable"])} or {0}
-            if len(counts) > 1:
-                raise UncountableClaim(f"{where}: firstAvailable alternatives of {sorted(counts)} GPUs")
-            total += counts.pop()
-        else:
-            total += _exact_gpus(request.get("exactly") or {}, gpu_classes, where)
+        name = str(request.get("name", ""))[:63]
+        where = f"devices.requests[{index}] ({name})"
+        if index >= MAX_DEVICES_PER_CLAIM:  # resource.k8s.io allows 32 requests: kept bounded all the same
+            return ClaimCount(trouble=f"{where}: more than {MAX_DEVICES_PER_CLAIM} requests", gpu_classes=gpu_classes)
+        try:
+            gpus = _request_gpus(request, gpu_classes, where)
+        except UncountableClaim as err:
+            counted.append((name, str(err.args[0])))
+            continue
+        counted.append((name, gpus))
+        total += gpus
         if total > MAX_DEVICES_PER_CLAIM:
-            raise UncountableClaim(f"{where}: more than {MAX_DEVICES_PER_CLAIM} GPUs, the most a claim is allocated")
-    return total
+            return ClaimCount(trouble=f"{where}: more than {MAX_DEVICES_PER_CLAIM} GPUs, the most a claim is allocated",
+                              gpu_classes=gpu_classes)
+    return ClaimCount(tuple(counted), gpu_classes=gpu_classes)
+
+
+def _request_gpus(request: Mapping[str, Any], gpu_classes: frozenset[str], where: str) -> int:
+    if request.get("firstAvailable"):
+        counts = {_exact_gpus(sub, gpu_classes, where) for sub in _list(request["firstAvailable"])} or {0}
+        if len(counts) > 1:
+            raise UncountableClaim(f"{where}: firstAvailable alternatives of {sorted(counts)} GPUs")
+        return counts.pop()
+    return _exact_gpus(request.get("exactly") or {}, gpu_classes, where)
+
+
+def claim_gpus(claim_spec: Mapping[str, Any], gpu_classes: frozenset[str]) -> int:
+    """GPUs a claim of this spec allocates in all (UncountableClaim: see count_claim)."""
+    return count_claim(claim_spec, gpu_classes).gpus()
 
 
 def _exact_gpus(request: Any, gpu_classes: frozenset[str], where: str) -> int:
@@ -165,21 +214,40 @@ def _exact_gpus(request: Any, gpu_classes: frozenset[str], where: str) -> int:
     return count
 
 
-def template_claim_gpus(template: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]],
-                        gpu_classes: frozenset[str]) -> int:
-    """GPUs a pod made from `template` gets through its claims, from `specs`: each claim's spec by
-    `template/<name>` (a ResourceClaimTemplate's spec.spec) or `claim/<name>` (a ResourceClaim's
-    spec). A claim whose spec isn't there counts none."""
+def container_claims(template: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """The claims the rank container (the first: where MPI starts the ranks) is given, as
+    (pod claim name, request name or None for all of the claim): a container sees only the claims
+    its `resources.claims` names (Kubernetes' ResourceClaim docs), whatever the pod has."""
+    containers = _list((template.get("spec") or {}).get("containers"))
+    first = containers[0] if containers and isinstance(containers[0], Mapping) else {}
+    named = _list((first.get("resources") or {}).get("claims") if isinstance(first.get("resources"), Mapping) else [])
+    found = []
+    for entry in named[:MAX_CLAIMS * MAX_DEVICES_PER_CLAIM]:
+        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+            request = entry.get("request")
+            found.append((entry["name"], request if isinstance(request, str) and request else None))
+    return found
+
+
+def template_claim_gpus(template: Mapping[str, Any], counts: Mapping[str, ClaimCount]) -> int:
+    """GPUs the rank container of a pod made from `template` gets through its claims: the claims and
+    requests it names, counted from `counts` (by `template/<name>` or `claim/<name>`). A claim whose
+    count isn't there counts none. A claim named twice (once whole, once a request) counts once."""
+    by_name = {claim.name: claim for claim in pod_claims(template)}
+    asked: dict[str, set[str | None]] = {}
+    for name, request in container_claims(template):
+        asked.setdefault(name, set()).add(request)
     total = 0
-    for claim in pod_claims(template):
-        if (spec := specs.get(claim.key)) is not None:
-            total += claim_gpus(spec, gpu_classes)
+    for name, requests in asked.items():
+        claim = by_name.get(name)
+        if claim is None or (count := counts.get(claim.key)) is None:
+            continue
+        total += count.gpus() if None in requests else sum(count.gpus(r) for r in requests)
     return total
 
 
-def shared_gpu_claims(template: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]],
-                      gpu_classes: frozenset[str]) -> list[str]:
+def shared_gpu_claims(template: Mapping[str, Any], counts: Mapping[str, ClaimCount]) -> list[str]:
     """The shared ResourceClaims (resourceClaimName) of a template that allocate GPUs: every pod of a
     multi-pod replica naming one gets the same devices, which training with a rank per GPU can't use."""
     return [claim.shared for claim in pod_claims(template) if claim.shared and
-            (spec := specs.get(claim.key)) is not None and claim_gpus(spec, gpu_classes) > 0]
+            (count := counts.get(claim.key)) is not None and count.gpus() > 0]

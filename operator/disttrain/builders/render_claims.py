@@ -41,7 +41,8 @@ def with_claimed_gpus(spec: JobSpec, found: FileClaims) -> JobSpec:
     wanted = claims.pod_claims(mpi.worker.template)
     if not wanted or any(c.key not in found.specs for c in wanted):
         return spec
-    gpus = claims.template_claim_gpus(mpi.worker.template, found.specs, found.gpu_classes)
+    counts = {key: claims.count_claim(spec, found.gpu_classes) for key, spec in found.specs.items()}
+    gpus = claims.template_claim_gpus(mpi.worker.template, counts)
     return dataclasses.replace(spec, mpi=dataclasses.replace(mpi, claimed_gpus=gpus or None))
 
 

@@ -16,6 +16,13 @@ counted, the count is kept in the job's status, which stands in for an object de
 Each job reads its claims' objects itself (kept by job UID, not by name): a template deleted and
 made again with another spec under the same name counts anew for the next job, never for a job
 whose pods were made from the old one.
+
+What is kept while a job waits for a claim object is each object's count (builders/claims.py
+`ClaimCount`: a request's name and GPUs), never its spec: a namespace's editor can make 31
+templates of 1.3 MB each (CEL selectors, within resource.k8s.io's limits) and jobs that name them
+and one missing claim; kept whole, three such jobs held 120 MB of the controller's memory, and
+every restart read them again. The counts kept are bounded in bytes (MAX_KEPT_BYTES), the oldest
+job's let go first: it reads its objects again on its next pass.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ log = logging.getLogger(__name__)
 
 RESOURCE_API = "resource.k8s.io/v1"
 DEVICE_CLASS_TTL_SECONDS = 60.0
-MAX_JOBS = 1024  # jobs whose claim specs are kept at once (each until its count is in its status)
+# The bytes of counts kept for jobs waiting on a claim object (ClaimCount.size): 32 claims of 32
+# requests is about 130 KiB, a job's usual one claim of one request a few hundred bytes.
+MAX_KEPT_BYTES = 4 << 20
 
 
 class ClaimAPI(Protocol):
@@ -49,12 +58,13 @@ class ClaimAPI(Protocol):
 class Claims:
     def __init__(self, kube: ClaimAPI, clock: Clock, gpu_classes: Iterable[str] = ()) -> None:
         self.kube, self.clock, self.named = kube, clock, frozenset(gpu_classes)
-        # job uid -> "template/<name>" or "claim/<name>" -> its claim spec, until the count is kept
-        self.specs: dict[str, dict[str, dict[str, Any]]] = {}
+        # job uid -> "template/<name>" or "claim/<name>" -> its count, until the job's is in its status
+        self.counts: dict[str, dict[str, claims.ClaimCount]] = {}
+        self.kept_bytes = 0
         self._classes: tuple[float, frozenset[str]] | None = None
 
     def forget(self, uid: str) -> None:
-        self.specs.pop(uid, None)
+        self.kept_bytes -= sum(count.size for count in self.counts.pop(uid, {}).values())
 
     async def observe(self, job: JobState, pods: Iterable[ObservedPod]) -> JobState:
         """`job` with what was read of its workers' claims (`job.claims`, `MPISpec.claimed_gpus`).
@@ -89,18 +99,18 @@ class Claims:
             return ClaimReading(trouble=str(err))
         if not wanted:
             return ClaimReading()
-        specs = {}
+        gpu_classes = await self.gpu_classes()
+        counts = {}
         for claim in wanted[:MAX_CLAIMS]:
-            found = await self._spec(job.ref.uid, job.ref.namespace, claim)
+            found = await self._count(job.ref.uid, job.ref.namespace, claim, gpu_classes)
             if found is None:
                 return ClaimReading(missing=f"{claim.kind} {claim.object_name}")
-            specs[claim.key] = found
-        gpu_classes = await self.gpu_classes()
+            counts[claim.key] = found
         try:
-            gpus = claims.template_claim_gpus(mpi.worker.template, specs, gpu_classes)
+            gpus = claims.template_claim_gpus(mpi.worker.template, counts)
+            shared = claims.shared_gpu_claims(mpi.worker.template, counts)
         except claims.UncountableClaim as err:
             return ClaimReading(trouble=str(err))
-        shared = claims.shared_gpu_claims(mpi.worker.template, specs, gpu_classes)
         most = mpi.elastic.max_replicas if mpi.elastic is not None else mpi.worker.replicas
         if shared and most > 1:
             return ClaimReading(trouble=(
@@ -109,18 +119,28 @@ class Claims:
                 f"ResourceClaimTemplate (a claim per pod)"))
         return ClaimReading(gpus=gpus)
 
-    async def _spec(self, uid: str, namespace: str, claim: claims.PodClaim) -> dict[str, Any] | None:
-        if claim.key in self.specs.get(uid, {}):
-            return self.specs[uid][claim.key]
+    async def _count(self, uid: str, namespace: str, claim: claims.PodClaim,
+                     gpu_classes: frozenset[str]) -> claims.ClaimCount | None:
+        """The claim object's count, read once a job; None while it doesn't exist. A count made
+        when other device classes were GPUs is made again (the job isn't counted yet)."""
+        kept = self.counts.get(uid, {}).get(claim.key)
+        if kept is not None and kept.gpu_classes == gpu_classes:
+            return kept
         found = await self.kube.get({"apiVersion": RESOURCE_API, "kind": claim.kind,
                                      "metadata": {"namespace": namespace, "name": claim.object_name}})
         if found is None:
             return None
-        spec = claims.claim_spec(claim.kind, found)
-        if uid not in self.specs and len(self.specs) >= MAX_JOBS:
-            self.specs.pop(next(iter(self.specs)))
-        self.specs.setdefault(uid, {})[claim.key] = spec
-        return spec
+        count = claims.count_claim(claims.claim_spec(claim.kind, found), gpu_classes)
+        del found  # the spec goes now: only the count is kept
+        self._keep(uid, claim.key, count)
+        return count
+
+    def _keep(self, uid: str, key: str, count: claims.ClaimCount) -> None:
+        job = self.counts.setdefault(uid, {})
+        self.kept_bytes += count.size - (job[key].size if key in job else 0)
+        job[key] = count
+        while self.kept_bytes > MAX_KEPT_BYTES and self.counts:
+            self.forget(next(iter(self.counts)))  # the oldest job: it reads its objects again
 
     async def gpu_classes(self) -> frozenset[str]:
         now = self.clock.monotonic()
