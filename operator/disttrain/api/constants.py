@@ -41,4 +41,13 @@ MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 # ResourceClaim or ResourceClaimTemplate by a DNS subdomain, as the pod's API checks it.
 MAX_DEVICES_PER_CLAIM = 32
 MAX_CLAIMS = 32
+
+# The most pods of one replica type (and an elastic job's maxReplicas), refused above at `kubectl
+# apply`: what the operator does per pass grows with it (the pods it lists, the names it wants),
+# and an MPI job's hostfile, one line a worker in a ConfigMap, must fit the 1 MiB an object may
+# hold: 10,000 of the shortest lines do (`j-worker-9999.j.n.svc slots=8`), 20,000 would not with
+# ordinary names. Unbounded, `replicas: 100000` made `disttrain render` grow to 23.5 GB. What a
+# TensorFlow pod's environment can hold is smaller, and depends on the job's name and namespace:
+# the operator checks it per job (decide/size_steps.py).
+MAX_REPLICAS = 10_000
 CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

@@ -12,7 +12,13 @@ from importlib import resources
 from typing import Any
 
 from disttrain.api import defaults, topology
-from disttrain.api.constants import CLAIM_NAME_PATTERN, MANAGED_BY_DISTTRAIN, MANAGED_BY_MULTIKUEUE, MAX_CLAIMS
+from disttrain.api.constants import (
+    CLAIM_NAME_PATTERN,
+    MANAGED_BY_DISTTRAIN,
+    MANAGED_BY_MULTIKUEUE,
+    MAX_CLAIMS,
+    MAX_REPLICAS,
+)
 from disttrain.api.parse import (
     GLOO_NEEDS_COMMAND,
     GLOO_NO_LAUNCHER,
@@ -73,9 +79,7 @@ def replica_spec(role: str, description: str, *, minimum: int = 0, maximum: int 
     replicas = int_field(f"Number of {role} pods." + (
         " With spec.mpi.elastic, the wanted number: it may change between minReplicas and maxReplicas while "
         "the job runs (kubectl scale dtj/NAME --replicas=N)." if scalable else ""),
-        minimum=minimum, default=defaults.REPLICAS)
-    if maximum is not None:
-        replicas["maximum"] = maximum
+        minimum=minimum, default=defaults.REPLICAS, maximum=MAX_REPLICAS if maximum is None else maximum)
     if not scalable:
         replicas = immutable(replicas, f"the number of {role} replicas")
     template = FlowMapping(copy.deepcopy(pod_template_schema()))
@@ -227,7 +231,7 @@ def elastic_schema() -> Schema:
         "required": ["minReplicas", "maxReplicas"],
         "properties": {
             "minReplicas": int_field("The fewest workers the training runs with.", minimum=1),
-            "maxReplicas": int_field("The most workers it may be scaled to.", minimum=1),
+            "maxReplicas": int_field("The most workers it may be scaled to.", minimum=1, maximum=MAX_REPLICAS),
             "scaleDownDelaySeconds": int_field(
                 "How long a worker scaled away is kept after it leaves discover_hosts.sh, for the launcher's "
                 "copy to be refreshed and Horovod to drop the host at its next commit.",

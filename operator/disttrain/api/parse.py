@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from disttrain.api import defaults
+from disttrain.api.constants import MAX_REPLICAS
 from disttrain.api.spec import (
     TF_REPLICA_TYPES,
     CleanPodPolicy,
@@ -43,11 +44,16 @@ class SpecError(ValueError):
         super().__init__(f"{field_path}: {message}")
 
 
-def parse_replica(raw: Mapping[str, Any] | None) -> ReplicaSpec | None:
+def parse_replica(raw: Mapping[str, Any] | None, path: str = "replicas") -> ReplicaSpec | None:
+    """`path`: the replica's field (spec.tensorflow.worker), for the message of a count out of bounds."""
     if raw is None:
         return None
+    replicas = int(raw.get("replicas", defaults.REPLICAS))
+    # The CRD says the same at `kubectl apply`; here for `disttrain render` and a job stored before it did.
+    if not 0 <= replicas <= MAX_REPLICAS:
+        raise SpecError(f"{path}.replicas", f"{replicas} is not a number of pods from 0 to {MAX_REPLICAS}")
     return ReplicaSpec(
-        replicas=int(raw.get("replicas", defaults.REPLICAS)),
+        replicas=replicas,
         restart_policy=RestartPolicy(raw.get("restartPolicy", defaults.REPLICA_RESTART_POLICY)),
         template=raw.get("template") or {},
     )
@@ -106,7 +112,7 @@ def parse_gang(raw: Mapping[str, Any] | None) -> Gang | None:
 def parse_tensorflow(tf_raw: Mapping[str, Any]) -> TensorFlowSpec:
     replicas: dict[str, ReplicaSpec] = {}
     for rtype in TF_REPLICA_TYPES:
-        replica = parse_replica(tf_raw.get(rtype))
+        replica = parse_replica(tf_raw.get(rtype), f"spec.tensorflow.{rtype}")
         if replica is not None and replica.replicas > 0:
             replicas[rtype] = replica
     if ReplicaType.CHIEF not in replicas and ReplicaType.WORKER not in replicas:
@@ -121,8 +127,8 @@ def parse_tensorflow(tf_raw: Mapping[str, Any]) -> TensorFlowSpec:
 def parse_mpi(mpi_raw: Mapping[str, Any]) -> MPISpec:
     # The CRD's rules say the same at `kubectl apply`; here for `disttrain render`.
     bootstrap = MPIBootstrap(mpi_raw.get("bootstrap", defaults.MPI_BOOTSTRAP))
-    launcher = parse_replica(mpi_raw.get("launcher"))
-    worker = parse_replica(mpi_raw.get("worker"))
+    launcher = parse_replica(mpi_raw.get("launcher"), "spec.mpi.launcher")
+    worker = parse_replica(mpi_raw.get("worker"), "spec.mpi.worker")
     if bootstrap is MPIBootstrap.SSH and launcher is None:
         raise SpecError("spec.mpi.launcher", "an MPI job with bootstrap SSH needs a launcher")
     if bootstrap is MPIBootstrap.GLOO:
@@ -177,9 +183,9 @@ def parse_elastic(raw: Mapping[str, Any] | None, workers: int) -> Elastic | None
         below_min_grace_seconds=int(raw.get("belowMinGraceSeconds", defaults.ELASTIC_BELOW_MIN_GRACE_SECONDS)),
     )
     # The CRD's rule says the same at `kubectl apply`; here for `disttrain render`.
-    if not 1 <= elastic.min_replicas <= workers <= elastic.max_replicas:
+    if not 1 <= elastic.min_replicas <= workers <= elastic.max_replicas <= MAX_REPLICAS:
         raise SpecError("spec.mpi.elastic", f"needs 1 <= minReplicas ({elastic.min_replicas}) <= worker.replicas "
-                        f"({workers}) <= maxReplicas ({elastic.max_replicas})")
+                        f"({workers}) <= maxReplicas ({elastic.max_replicas}) <= {MAX_REPLICAS}")
     return elastic
 
 

@@ -38,6 +38,33 @@ def tf_config(cluster: dict[str, list[str]], replica_type: str, index: int) -> s
     )
 
 
+# A process's environment variable (`TF_CONFIG=<value>` and its NUL) holds at most 131,072 bytes
+# on Linux (MAX_ARG_STRLEN, 32 pages: include/uapi/linux/binfmts.h). Past it, execve fails with
+# E2BIG ("argument list too long"): no container of the job could start.
+MAX_ENV_BYTES = 131_072
+
+
+def tf_config_too_large(job: JobRef, tf: TensorFlowSpec) -> str | None:
+    """Why no pod of this job could start, if its TF_CONFIG can't be a process's environment
+    variable: it lists every member of the cluster by a name that holds the job's name and its
+    namespace, so the bound depends on both (the CRD's rules can't see the namespace)."""
+    members = sum(r.replicas for t, r in tf.replicas.items() if t in CLUSTER_MEMBER_TYPES)
+    # Each member's entry is `"<job>-<type>-<i>.<job>.<ns>.svc:<port>",`: under 2 x the job's name,
+    # the namespace and 40 more; most jobs are decided without building the cluster.
+    if members * (2 * len(job.name) + len(job.namespace) + 40) + 256 < MAX_ENV_BYTES:
+        return None
+    cluster = cluster_spec(job.name, job.namespace, tf)
+    size = len(TF_CONFIG_ENV) + 2 + max(len(tf_config(cluster, str(t), r.replicas - 1)) for t, r in tf.replicas.items())
+    if size <= MAX_ENV_BYTES:
+        return None
+    most = max(tf.replicas, key=lambda t: tf.replicas[t].replicas)
+    fit = members * (MAX_ENV_BYTES - 256) // size
+    return (f"spec.tensorflow.{most}.replicas: TF_CONFIG lists all {members} members of the cluster in "
+            f"{size:,} bytes, and a process's environment variable holds at most {MAX_ENV_BYTES:,} (Linux's "
+            f"MAX_ARG_STRLEN): no pod of this job could start. About {fit} members fit with this job's name "
+            f"and namespace")
+
+
 def pod_env(job: JobRef, tf: TensorFlowSpec, key: PodKey) -> dict[str, str]:
     return {TF_CONFIG_ENV: tf_config(cluster_spec(job.name, job.namespace, tf), key.replica_type, key.index)}
 
