@@ -4,11 +4,13 @@ Only the latest matters: `status.progress` keeps its own history (decide/progres
 lives here is one report per role per job and the usual gap between training reports, and
 nothing is lost by a restart that the next report doesn't bring back. A report wakes the job's
 reconcile through `wake`, which the controller times by the status writes' own interval: however
-often pods report, a job is looked at for it once per interval.
+often pods report, a job is looked at for it once per interval. A checkpoint confirms a held stop
+only from the training's reporter (the role the endpoint's verified pod has: api/progress.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +41,10 @@ class ProgressBook:
         if entry is None or entry.uid != job_uid:
             entry = self._entries[key] = _Entry(job_uid, ProgressState())
         state = entry.state
+        if role is not Role.TRAINING and report.checkpoint is not None:
+            # Only the training's reporter saves what a resumed run starts from: an evaluator's
+            # checkpoint is none of the training's, and its report would end a hold unsaved.
+            report = dataclasses.replace(report, checkpoint=None)
         reported = Reported(report, reporter, at)
         checkpoint = reported if report.checkpoint is not None else state.checkpoint
         if role is Role.TRAINING:

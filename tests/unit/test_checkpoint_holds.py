@@ -1,0 +1,107 @@
+"""Issue 43, item 2: what ends a checkpoint hold, what clears a request, and what a confirmation wakes.
+
+- only the training's reporter (chief, worker 0, MPI rank 0) confirms: an evaluator's report naming
+  the request, or a Horovod rank other than 0, ends no hold;
+- a request the status dropped (the stop called off) is cleared from the pods that still carry it,
+  by any later pass, however the pass that dropped it ended;
+- a report with a checkpoint wakes the job at once only while a request waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from test_controller import KEY, RUNNING, Harness
+
+import disttrain_progress
+from disttrain.api.observed import ObservedPod
+from disttrain.builders.checkpoint import REQUEST_ANNOTATION
+from disttrain.builders.progress import ProgressEndpoint
+from disttrain.control.controller import Controller
+from disttrain.watch.progress_desk import ProgressDesk
+from disttrain.watch.progress_server import Identity, JobKey
+from manifests import replica, tf_job
+
+ENDPOINT = ProgressEndpoint("https://disttrain-progress.ops.svc:8443", "ca")
+
+
+class Found:
+    """The pod watch's lookup by uid, as the progress desk asks it."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+
+    def find(self, uid: str) -> tuple[JobKey, ObservedPod] | None:
+        return next(((KEY, p) for p in self.h.pods if p.uid == uid), None)
+
+
+def harness() -> Harness:
+    """A job of a chief, two workers and an evaluator, on an operator that serves progress reports."""
+    h = Harness(tf_job("mnist", None, chief=replica(1), worker=replica(2), evaluator=replica(1)))
+    h.controller = Controller(h.kube, clock=h.clock, report_to=ENDPOINT)
+    h.controller.bind(h.jobs, {KEY: h.pods})
+    return h
+
+
+async def suspended(h: Harness) -> str:
+    """Running, then suspended: the pods are held and asked; the request's id."""
+    await h.run()
+    h.body["spec"]["runPolicy"] = {"suspend": True}
+    await h.reconcile()
+    h.watch(**RUNNING)
+    request = h.status()["checkpoint"]["request"]
+    assert all(p["metadata"]["annotations"][REQUEST_ANNOTATION] == request for p in h.kube.pods())
+    return str(request)
+
+
+def report(h: Harness, pod: str, body: dict[str, Any]) -> str:
+    """A report from `pod`, as the endpoint hands it on once the pod's token is reviewed."""
+    found = next(p for p in h.pods if p.name == pod)
+    desk = ProgressDesk(Found(h), h.controller.progress, h.controller.role_of, now=h.clock.now)
+    return desk.record(Identity("ml", pod, found.uid, 0.0), KEY, body)
+
+
+def test_an_evaluators_confirmation_ends_no_hold() -> None:
+    async def scenario() -> None:
+        h = harness()
+        request = await suspended(h)
+        h.clock.advance(1)
+        report(h, "mnist-evaluator-0", {"epoch": 1, "checkpoint": {"request": request, "step": 5}})
+        await h.reconcile()
+        assert not h.kube.writes("delete"), f"the evaluator's report ended the hold: {h.kube.writes('delete')}"
+        assert h.status()["checkpoint"]["request"] == request and "lastCheckpoint" not in h.status()
+        report(h, "mnist-chief-0", {"step": 7, "checkpoint": {"request": request, "step": 7, "path": "/ckpt"}})
+        await h.reconcile()
+        assert len(h.kube.writes("delete")) == 4, "the chief's confirmation stops the pods"
+        assert h.status()["lastCheckpoint"]["step"] == 7
+    asyncio.run(scenario())
+
+
+class Recording:
+    """A reporter that records what it would send."""
+
+    enabled = True
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.sent: list[str] = []
+
+    def confirm(self, request: str, step: int | None = None, path: str = "", timeout: float = 10.0) -> bool:
+        self.sent.append(request)
+        return True
+
+
+@pytest.mark.parametrize(("role", "rank", "sends"), [
+    ("training", None, True), ("training", "0", True), ("training", "1", False), ("evaluation", None, False)])
+def test_only_the_trainings_reporting_rank_confirms_in_the_pod(role: str, rank: str | None, sends: bool,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    reporter = Recording(role)
+    monkeypatch.setattr(disttrain_progress, "_default", reporter)
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    if rank is not None:
+        monkeypatch.setenv("HOROVOD_RANK", rank)
+    assert disttrain_progress.confirm_checkpoint(f"c-{role}-{rank}", step=3) is sends
+    assert reporter.sent == ([f"c-{role}-{rank}"] if sends else []), f"{role} rank {rank} sent {reporter.sent}"
