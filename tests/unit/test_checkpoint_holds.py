@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from test_controller import KEY, RUNNING, Harness
 
 import disttrain_progress
 from disttrain.api.observed import ObservedPod
+from disttrain.apiserver.rest import ApiError
 from disttrain.builders.checkpoint import REQUEST_ANNOTATION
 from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.controller import Controller
@@ -25,6 +27,7 @@ from disttrain.watch.progress_server import Identity, JobKey
 from manifests import replica, tf_job
 
 ENDPOINT = ProgressEndpoint("https://disttrain-progress.ops.svc:8443", "ca")
+THROTTLED = ApiError(429, "Too Many Requests", b"{}", {"Retry-After": "1"})
 
 
 class Found:
@@ -105,3 +108,42 @@ def test_only_the_trainings_reporting_rank_confirms_in_the_pod(role: str, rank: 
         monkeypatch.setenv("HOROVOD_RANK", rank)
     assert disttrain_progress.confirm_checkpoint(f"c-{role}-{rank}", step=3) is sends
     assert reporter.sent == ([f"c-{role}-{rank}"] if sends else []), f"{role} rank {rank} sent {reporter.sent}"
+
+
+def test_a_request_left_on_the_pods_by_a_failed_clearing_is_cleared_by_a_later_pass() -> None:
+    async def scenario() -> None:
+        h = harness()
+        await suspended(h)
+        h.body["spec"]["runPolicy"] = {"suspend": False}
+        h.kube.annotate_failures.append(THROTTLED)
+        with contextlib.suppress(ApiError):  # the work queue retries the pass, with backoff
+            await h.reconcile()
+        h.watch(**RUNNING)
+        assert "checkpoint" not in h.status(), "the status dropped the request before the pods were patched"
+        await h.reconcile()
+        left = {p["metadata"]["name"] for p in h.kube.pods() if p["metadata"]["annotations"][REQUEST_ANNOTATION]}
+        assert not left, f"still asked, with no stop under way: {sorted(left)}"
+        h.watch(**RUNNING)
+        patched = len(h.kube.writes("annotate"))
+        await h.reconcile()
+        assert len(h.kube.writes("annotate")) == patched, "nothing carries the request: no patch"
+    asyncio.run(scenario())
+
+
+def test_a_request_left_on_the_pods_is_cleared_by_a_restarted_operator() -> None:
+    """The operator died between the status write that dropped the request and the pods' patch."""
+    async def scenario() -> None:
+        h = harness()
+        await suspended(h)
+        h.body["spec"]["runPolicy"] = {"suspend": False}
+        h.kube.annotate_failures.extend([THROTTLED] * 4)
+        with contextlib.suppress(ApiError):
+            await h.reconcile()
+        h.kube.annotate_failures.clear()
+        h.watch(**RUNNING)
+        h.controller = Controller(h.kube, clock=h.clock, report_to=ENDPOINT)
+        h.controller.bind(h.jobs, {KEY: h.pods})
+        await h.reconcile()
+        left = {p["metadata"]["name"] for p in h.kube.pods() if p["metadata"]["annotations"][REQUEST_ANNOTATION]}
+        assert not left, f"a restarted operator left them asked: {sorted(left)}"
+    asyncio.run(scenario())
