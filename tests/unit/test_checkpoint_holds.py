@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from disttrain.apiserver.rest import ApiError
 from disttrain.builders.checkpoint import REQUEST_ANNOTATION
 from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.controller import Controller
+from disttrain.control.workqueue import WorkQueue
 from disttrain.watch.progress_desk import ProgressDesk
 from disttrain.watch.progress_server import Identity, JobKey
 from manifests import replica, tf_job
@@ -146,4 +148,36 @@ def test_a_request_left_on_the_pods_is_cleared_by_a_restarted_operator() -> None
         await h.reconcile()
         left = {p["metadata"]["name"] for p in h.kube.pods() if p["metadata"]["annotations"][REQUEST_ANNOTATION]}
         assert not left, f"a restarted operator left them asked: {sorted(left)}"
+    asyncio.run(scenario())
+
+
+def woken_at_once(monkeypatch: pytest.MonkeyPatch) -> list[JobKey]:
+    woken: list[JobKey] = []
+    add = WorkQueue.add
+
+    def recording(queue: WorkQueue[JobKey], key: JobKey) -> None:
+        woken.append(key)
+        add(queue, key)
+    monkeypatch.setattr(WorkQueue, "add", recording)
+    return woken
+
+
+def test_a_checkpoint_report_wakes_the_job_at_once_only_while_a_request_waits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    woken = woken_at_once(monkeypatch)
+
+    async def scenario() -> None:
+        h = harness()
+        await h.run()
+        for n in range(3):
+            report(h, "mnist-chief-0", {"step": n, "checkpoint": {"request": "sigterm", "step": n}})
+        assert woken == [], f"no request waits, yet the job was woken {len(woken)} times at once"
+        h.clock.advance(1)
+        h.body["status"] = copy.deepcopy(h.status())
+        h.body["spec"]["runPolicy"] = {"suspend": True}
+        await h.reconcile()
+        h.watch(**RUNNING)
+        request = h.status()["checkpoint"]["request"]
+        report(h, "mnist-chief-0", {"step": 9, "checkpoint": {"request": request, "step": 9}})
+        assert woken == [KEY], "the confirmation a stop waits for is looked at now"
     asyncio.run(scenario())
