@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -181,3 +182,17 @@ def test_a_checkpoint_report_wakes_the_job_at_once_only_while_a_request_waits(
         report(h, "mnist-chief-0", {"step": 9, "checkpoint": {"request": request, "step": 9}})
         assert woken == [KEY], "the confirmation a stop waits for is looked at now"
     asyncio.run(scenario())
+
+
+def test_a_request_on_a_pod_is_cleared_only_where_no_stop_is_under_way_and_the_pod_stays() -> None:
+    import test_checkpoint_steps as pure
+
+    asked = [dataclasses.replace(p, asked_checkpoint=True) for p in pure.PODS]
+    running = pure.step(pure.job(), pure.RUNNING, pods=asked)
+    assert [(p.name, a) for p, a in running.annotate] == [(p.name, {REQUEST_ANNOTATION: ""}) for p in pure.PODS]
+    assert not pure.step(pure.job(), pure.RUNNING).annotate, "nothing asked: nothing patched"
+    held = pure.step(pure.job(suspend=True), pure.RUNNING, pods=asked)
+    assert {a[REQUEST_ANNOTATION] for _, a in held.annotate} == {held.status["checkpoint"]["request"]}
+    done = {**pure.RUNNING, "phase": "Succeeded", "completionTime": "2026-11-22T12:00:00Z"}
+    finished = pure.step(pure.job(), done, pods=asked)
+    assert finished.delete and not finished.annotate, "pods deleted now are not patched first"
