@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 _Method = TypeVar("_Method", bound=Callable[..., None])
 
 __all__ = ["CHECKPOINT_DIR", "DEFAULT_DIR", "Reporter", "checkpoint_requested", "confirm_checkpoint", "flush",
-           "for_rank", "keras_callback", "report", "reporter"]
+           "for_rank", "keras_callback", "mpi_rank", "report", "reporter"]
 
 DEFAULT_DIR = "/var/run/secrets/disttrain.dev/progress"
 CHECKPOINT_DIR = "/var/run/disttrain.dev/checkpoint"
@@ -308,11 +308,31 @@ def checkpoint_requested(directory: str | None = None) -> str | None:
 
 
 def confirm_checkpoint(request: str, step: int | None = None, path: str = "", timeout: float = 10.0) -> bool:
-    """The reporting rank's confirmation that the checkpoint `request` is saved (`step`, `path`):
-    the operator stops the pods then rather than at its deadline. Every rank may call it; only the
-    reporting one sends (the others return False). `checkpoint_requested()` is None after it."""
+    """The training's reporting rank's confirmation that the checkpoint `request` is saved (`step`,
+    `path`): the operator stops the pods then rather than at its deadline. Every rank may call it;
+    only the training's reporter (chief, worker 0, MPI rank 0) sends, the others return False (an
+    evaluator's save, or a Horovod rank's before rank 0 saved, is not the training's checkpoint; the
+    operator ignores them too). `checkpoint_requested()` is None after it, on every rank."""
     _confirmed.add(request)
-    return reporter().confirm(request, step=step, path=path, timeout=timeout)
+    sink = reporter()
+    if sink.role != "training" or mpi_rank() not in (None, 0):
+        return False
+    return sink.confirm(request, step=step, path=path, timeout=timeout)
+
+
+# Where an MPI launcher (Open MPI, MPICH's PMI, horovodrun's Gloo) tells a process its rank: in an
+# MPI job every pod may report, so only rank 0's process does (as for_rank).
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK")
+
+
+def mpi_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """This process's MPI rank, as its launcher set it; None outside MPI (TensorFlow's pods: the
+    volume says who reports)."""
+    found = os.environ if environ is None else environ
+    for name in RANK_VARIABLES:
+        if found.get(name, "").isdigit():
+            return int(found[name])
+    return None
 
 
 def for_rank(rank: int) -> Reporter | _Silent:

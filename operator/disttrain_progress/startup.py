@@ -60,18 +60,6 @@ def wrap_fit(model_class: type, callbacks: Callable[[Sequence[Any], Any], Sequen
     model_class.fit = fit  # type: ignore[attr-defined]
 
 
-# Where an MPI launcher (Open MPI, MPICH's PMI, horovodrun's Gloo) tells a process its rank: in an
-# MPI job every pod may report, so only rank 0's process does (as disttrain_progress.for_rank).
-RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "HOROVOD_RANK")
-
-
-def mpi_rank(environ: dict[str, str] | os._Environ[str] = os.environ) -> int | None:
-    for name in RANK_VARIABLES:
-        if environ.get(name, "").isdigit():
-            return int(environ[name])
-    return None
-
-
 def default_callbacks(given: Sequence[Any], model: Any = None) -> list[Any]:
     """Progress reports; and, when the fit has a BackupAndRestore callback, a checkpoint with it
     whenever the operator asks for one (keras_checkpoint.py), but under a ParameterServerStrategy,
@@ -79,7 +67,7 @@ def default_callbacks(given: Sequence[Any], model: Any = None) -> list[Any]:
     import disttrain_progress
     from disttrain_progress import keras_checkpoint
 
-    rank = mpi_rank()
+    rank = disttrain_progress.mpi_rank()  # in an MPI job every pod may report: rank 0's process does
     added = []
     if not any(getattr(c, MARK, False) for c in given):  # the script may add its own (our examples do)
         added.append(disttrain_progress.keras_callback(disttrain_progress.for_rank(rank) if rank is not None else None))

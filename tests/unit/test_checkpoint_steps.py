@@ -166,7 +166,8 @@ def test_a_report_confirms_a_checkpoint_and_the_book_keeps_it_past_later_reports
                                                          "path": "/checkpoints/ckpt-1200"}})
     assert report.checkpoint == Checkpoint("c20261122-120000-000000", 1200, "/checkpoints/ckpt-1200")
     woken: list[str] = []
-    book = ProgressBook(wake=lambda key: woken.append("later"), wake_now=lambda key: woken.append("now"))
+    book = ProgressBook(wake=lambda key: woken.append("later"), wake_now=lambda key: woken.append("now"),
+                        awaits_checkpoint=lambda key: True)
     book.record(("ml", "mnist"), "uid-1", Role.TRAINING, "mnist-chief-0", report, NOW)
     book.record(("ml", "mnist"), "uid-1", Role.TRAINING, "mnist-chief-0", parse_report({"step": 1201}), NOW)
     state = book.state(("ml", "mnist"), "uid-1")

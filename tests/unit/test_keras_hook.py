@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import disttrain_progress
 from disttrain_progress import startup
 
 FAKE_KERAS = """
@@ -101,9 +102,9 @@ def test_the_images_pth_imports_the_hook_only_in_a_jobs_pod(environ: dict[str, s
 
 
 def test_only_rank_0_of_an_mpi_job_reports() -> None:
-    assert startup.mpi_rank({"OMPI_COMM_WORLD_RANK": "2"}) == 2
-    assert startup.mpi_rank({"HOROVOD_RANK": "0"}) == 0
-    assert startup.mpi_rank({}) is None, "TensorFlow's pods: the volume says who reports"
+    assert disttrain_progress.mpi_rank({"OMPI_COMM_WORLD_RANK": "2"}) == 2
+    assert disttrain_progress.mpi_rank({"HOROVOD_RANK": "0"}) == 0
+    assert disttrain_progress.mpi_rank({}) is None, "TensorFlow's pods: the volume says who reports"
 
 
 SIGTERM_SCRIPT = """

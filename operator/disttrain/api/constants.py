@@ -14,6 +14,8 @@ REPLICA_TYPE_LABEL = f"{GROUP}/replica-type"
 # On a pod that has the checkpoint-request file (builders/checkpoint.py): one made before that
 # file existed can't hear a request, and a stop doesn't wait on it.
 CHECKPOINT_FILE_LABEL = f"{GROUP}/checkpoint-file"
+# A pod's checkpoint request (decide/checkpoint_steps.py), which its checkpoint-request file shows.
+CHECKPOINT_REQUEST_ANNOTATION = f"{GROUP}/checkpoint-request"
 REPLICA_INDEX_LABEL = f"{GROUP}/replica-index"
 # On an elastic MPI job's launcher: the digest of the discover_hosts.sh it should see (Elastic MPI).
 DISCOVERY_ANNOTATION = f"{GROUP}/discovery"

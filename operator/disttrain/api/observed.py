@@ -12,7 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from disttrain.api.constants import CHECKPOINT_FILE_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
+from disttrain.api.constants import (
+    CHECKPOINT_FILE_LABEL,
+    CHECKPOINT_REQUEST_ANNOTATION,
+    REPLICA_INDEX_LABEL,
+    REPLICA_TYPE_LABEL,
+)
 from disttrain.api.objects import PodKey, controller_uid
 
 
@@ -38,6 +43,9 @@ class ObservedPod:
     finished_at: str | None = None  # when its failed container ended (RFC 3339, the kubelet's clock)
     init_container: str | None = None  # the init container that exited non-zero, when it was one
     hears_checkpoint: bool = False  # has the checkpoint-request file (CHECKPOINT_FILE_LABEL)
+    # Its checkpoint-request annotation asks for one: what clears a request is derived from this,
+    # not from the job's status alone (a patch that failed after the status dropped it stays).
+    asked_checkpoint: bool = False
 
     @property
     def active(self) -> bool:
@@ -98,6 +106,7 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         finished_at=finished_at,
         init_container=init_container,
         hears_checkpoint=labels.get(CHECKPOINT_FILE_LABEL) == "true",
+        asked_checkpoint=bool((meta.get("annotations") or {}).get(CHECKPOINT_REQUEST_ANNOTATION)),
     )
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from disttrain.api.constants import CHECKPOINT_FILE_LABEL, GROUP
+from disttrain.api.constants import CHECKPOINT_FILE_LABEL, CHECKPOINT_REQUEST_ANNOTATION, GROUP
 from disttrain.builders.pods import add_volumes, with_env
 
 CHECKPOINT_DIR = f"/var/run/{GROUP}/checkpoint"
 DIR_ENV = "DISTTRAIN_CHECKPOINT_DIR"
 VOLUME = "disttrain-checkpoint"
-REQUEST_ANNOTATION = f"{GROUP}/checkpoint-request"
+REQUEST_ANNOTATION = CHECKPOINT_REQUEST_ANNOTATION
 
 
 def pod_additions(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -72,10 +72,10 @@ class Controller:
         self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
         self.uids: dict[JobKey, str] = {}
         self.statuses = StatusWriter(kube, self.clock, progress_interval)
-        # Training progress the pods report (watch/progress_server.py), and where they report to.
-        self.report_to = report_to
+        self.report_to = report_to  # where the pods report training progress to (watch/progress_server.py)
         self.progress = ProgressBook(wake=lambda key: self.queue.add_after(key, self.statuses.progress_due(key)),
-                                     wake_now=self.queue.add)
+                                     wake_now=self.queue.add,
+                                     awaits_checkpoint=lambda key: self.statuses.awaits_checkpoint(key, self._jobs))
         self.refusals: dict[JobKey, create_refusals.Refusal] = {}
         self.telling = Telling(kube, self.clock)
         self.groups = Groups(kube, self.clock)

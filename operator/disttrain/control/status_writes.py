@@ -29,7 +29,7 @@ shows no phase for that moment.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import msgspec
@@ -139,6 +139,11 @@ class StatusWriter:
     def view(self, key: JobKey, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """The job as of our last write, when the index doesn't show it yet."""
         return with_own_status(self.written.get(key), body)
+
+    def awaits_checkpoint(self, key: JobKey, jobs: Mapping[JobKey, Iterable[Mapping[str, Any]]]) -> bool:
+        """Whether the job's stop waits for a checkpoint (status.checkpoint), as of our last write."""
+        body = next(iter(jobs.get(key, ())), None)
+        return body is not None and bool((self.view(key, body).get("status") or {}).get("checkpoint"))
 
     def progress_due(self, key: JobKey) -> float:
         """Seconds until reported progress may be written for the job."""

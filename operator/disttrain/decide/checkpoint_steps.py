@@ -133,11 +133,22 @@ def _waiting(p: Pass, pending: dict[str, str]) -> bool:
 
 def drop_when_not_stopping(p: Pass) -> None:
     """A request whose stop was called off (suspend false again, the eviction gone, the job ended)
-    is dropped and the pods' files emptied: a training reading it would save for nothing."""
-    if p.stopping or not p.job.status.get("checkpoint"):
+    is dropped and the pods' files emptied: a training reading it would save for nothing (the Keras
+    hook would, and then wait a minute for a stop that never comes). The emptying is derived from
+    the pods' annotations, not from the status alone: the status is written before the pods are
+    patched, so a patch that failed (or an operator gone in between) is made by a later pass."""
+    if p.stopping:
+        return
+    pending = bool(p.job.status.get("checkpoint"))
+    deleting = {pod.uid for pod in p.plan.delete}
+    # Every pod that could have been asked while the request is dropped: the watch may not show
+    # this pass the annotation the last one made (the controller patches each pod once).
+    asked = [pod for pod in p.live if pod.uid not in deleting and (
+        pod.asked_checkpoint or (pending and pod.phase == "Running" and pod.hears_checkpoint))]
+    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: ""}) for pod in asked]
+    if not pending:
         return
     p.plan.status.pop("checkpoint", None)
-    p.plan.annotate = [(pod, {REQUEST_ANNOTATION: ""}) for pod in _hearing(p)]
     if HOLD_WORDS in str(p.plan.status.get("message")):
         p.plan.status["message"] = "the stop was called off before the checkpoint: the training goes on"
 
