@@ -293,6 +293,12 @@ def test_the_queue_label_changes_only_while_a_job_waits_or_is_suspended(cluster:
     assert refused.returncode != 0, "refused for real too"
     assert ("metadata.labels[kueue.x-k8s.io/queue-name] can not change while the job is Running (from \"\" to "
             '"gpus"): suspend it') in refused.stderr, refused.stderr
+    # Not in the update that suspends it either (issue 43: a preempted job in its checkpoint hold
+    # that suspended and dropped the label at once kept its evicted Workload's quota for ever).
+    both = cluster.kubectl("patch", "dtj", "free", "-n", queue_ns, "--type=merge", "-p",
+                           '{"metadata":{"labels":{"kueue.x-k8s.io/queue-name":"gpus"}},'
+                           '"spec":{"runPolicy":{"suspend":true}}}', check=False)
+    assert both.returncode != 0 and "suspend it" in both.stderr, both.stderr
     cluster.kubectl("patch", "dtj", "free", "-n", queue_ns, "--type=merge", "-p",
                     '{"spec":{"runPolicy":{"suspend":true}}}')
     cluster.wait_phase(queue_ns, "free", "Suspended")

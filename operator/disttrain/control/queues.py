@@ -3,7 +3,8 @@
 Reads: the job's Workload comes from the operator's watch (an index, no request); the
 ResourceFlavors of an admission and a WorkloadPriorityClass's value are read when needed, each
 remembered for a minute. A job without the queue label costs nothing, and a cluster without Kueue
-sees no request about it.
+sees no request about it. A job whose label was removed while it had a Workload is followed by
+that Workload (its controller reference) until the Workload is deleted (queue_steps.leave).
 """
 
 from __future__ import annotations
@@ -51,14 +52,10 @@ class Queues:
 
     async def observe(self, job: JobState, labels: Mapping[str, str], annotations: Mapping[str, str],
                       workloads: Iterable[ObservedWorkload]) -> JobState:
-        queue = queue_name(labels)
-        if queue is None:
+        state = self.state_of(job, labels, annotations, workloads)
+        if state is None:
             return job
-        # MultiKueue's copy on a worker cluster: the Workload it made first, adopted by name.
-        prebuilt = prebuilt_workload(labels, annotations)
-        workload = next((w for w in workloads if (w.name == prebuilt if prebuilt else w.owner_uid == job.ref.uid)),
-                        None)
-        state = QueueState(queue, workload, prebuilt=prebuilt)
+        workload = state.workload
         try:
             if workload is not None and workload.admitted:
                 names = {f for assigned in workload.assignments.values() for f in assigned.values()}
@@ -71,6 +68,25 @@ class Queues:
                         job.ref.namespace, job.ref.name, said)
             state = dataclasses.replace(state, unreadable=said)
         return dataclasses.replace(job, queue=state)
+
+    @staticmethod
+    def state_of(job: JobState, labels: Mapping[str, str], annotations: Mapping[str, str],
+                 workloads: Iterable[ObservedWorkload]) -> QueueState | None:
+        """The job's queue and Workload; None for a job outside any queue."""
+        queue = queue_name(labels)
+        if queue is None:
+            # Without the label, a Workload of its own (its controller reference carries the job's
+            # UID) means the job left its queue: queue_steps.leave deletes it once the pods are
+            # gone. Issue 43: looked for only under the label, a job that dropped it while
+            # suspending after a preemption kept the evicted Workload's quota (QuotaReserved=True)
+            # for ever, and the preemptor never ran.
+            own = next((w for w in workloads if w.owner_uid == job.ref.uid), None)
+            return None if own is None else QueueState(own.queue_name, own, leaving=True)
+        # MultiKueue's copy on a worker cluster: the Workload it made first, adopted by name.
+        prebuilt = prebuilt_workload(labels, annotations)
+        workload = next((w for w in workloads if (w.name == prebuilt if prebuilt else w.owner_uid == job.ref.uid)),
+                        None)
+        return QueueState(queue, workload, prebuilt=prebuilt)
 
     async def _shrink(self, ref: JobRef, target: dict[str, Any], op: WorkloadOp) -> None:
         """A Workload's count lowered in place, or, where Kueue refuses it (its webhook allows it

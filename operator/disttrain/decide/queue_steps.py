@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from disttrain.api.constants import MANAGED_BY_MULTIKUEUE
@@ -16,7 +17,7 @@ from disttrain.api.objects import PodKey
 from disttrain.api.status import Phase, set_condition, timestamp
 from disttrain.decide import checkpoint_steps, name_reuse_steps, queueing
 from disttrain.decide.passes import Pass
-from disttrain.decide.plan import WorkloadOp
+from disttrain.decide.plan import Event, WorkloadOp
 from disttrain.decide.policies import elastic
 from disttrain.decide.queueing import ObservedWorkload, QueueState
 from disttrain.decide.reasons import Reason
@@ -35,6 +36,9 @@ def _hold_in_queue(p: Pass) -> bool:
     state = p.job.queue
     if state is None:
         return False
+    if state.leaving:
+        leave(p)
+        return False  # its pods (or none) go on as for any job; the Workload follows them until they end
     if state.prebuilt is not None and not adopted(p, state.prebuilt):
         return True
     workload = p.workload
@@ -248,11 +252,33 @@ def report_pods_ready(p: Pass, workload: ObservedWorkload, all_ready: bool) -> N
             "PodsReady", wanted[0] == "True", wanted[1], wanted[2], timestamp(p.now))))
 
 
+def leave(p: Pass) -> None:
+    """A job that left its queue (the label removed while it had a Workload) deletes the
+    Workload once none of its pods is left: Kueue then takes the quota back, as it does for a
+    Workload gone. Until then its pods hold what the Workload reserved. From that pass on it is a
+    job without Kueue (runs as one never labelled, or stays suspended). Issue 43: the Workload was
+    no longer looked at, and an evicted one kept QuotaReserved=True, its preemptor never admitted."""
+    workload = p.workload
+    if workload is None or any(pod.active or pod.terminating for pod in p.own):
+        return
+    assert p.job.queue is not None
+    p.plan.workload.append(WorkloadOp("delete", workload.name, uid=workload.uid))
+    p.plan.events.append(Event("Normal", Reason.LEFT_QUEUE, f"left LocalQueue {p.job.queue.queue} (its "
+                               f"{queueing.QUEUE_LABEL} label removed): Workload {workload.name} is deleted"))
+    p.job = dataclasses.replace(p.job, queue=None)  # the rest of the pass: a job outside Kueue
+    if p.phase is not Phase.SUSPENDED:
+        p.plan.status.setdefault("startTime", timestamp(p.now))  # as for a job never queued (resume_if_suspended)
+
+
 def pause(p: Pass, active: bool) -> None:
     """runPolicy.suspend wins over Kueue: a suspended job's Workload is deactivated (its quota
     goes back) and activated again on resume."""
     workload = p.workload
     if workload is None:
+        return
+    if p.job.queue is not None and p.job.queue.leaving:
+        if not active:  # resumed, hold_in_queue leaves
+            leave(p)
         return
     if workload.active != active:
         p.plan.workload.append(WorkloadOp("active", workload.name, {"active": active}))

@@ -98,6 +98,7 @@ class QueueState:
     priority: tuple[str, int] | None = None  # (WorkloadPriorityClass, its value)
     unreadable: str | None = None  # a flavor or priority class that could not be read: pods and Workload wait
     prebuilt: str | None = None  # MultiKueue's worker copy: the Workload made for it, to adopt (never make)
+    leaving: bool = False  # the queue label gone while it had a Workload (queue: the Workload's): queue_steps.leave
 
 
 def queue_name(labels: Mapping[str, str]) -> str | None:

@@ -20,6 +20,7 @@ class Reason(StrEnum):
     QUEUED = "Queued"  # in a Kueue LocalQueue, not admitted yet
     ADMITTED = "Admitted"
     EVICTED = "Evicted"  # by Kueue (preemption, a timeout...): pods stopped, queued again, no restart spent
+    LEFT_QUEUE = "LeftQueue"  # the queue label removed: its Workload deleted once the pods are gone
     # Before a stop it chooses, the operator asks for a checkpoint (events): decide/checkpoint_steps.py.
     CHECKPOINT_REQUESTED = "CheckpointRequested"
     CHECKPOINTED = "Checkpointed"
