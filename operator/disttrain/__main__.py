@@ -15,34 +15,41 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from disttrain.runtime.flags import add_job_arguments, add_run_arguments
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("disttrain")
+    except PackageNotFoundError:  # run from a source tree, not installed
+        return "(not installed)"
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="disttrain", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"disttrain {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_run_arguments(sub.add_parser("run", help="run the operator"))
+    add_run_arguments(sub.add_parser("run", help="run the operator",
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter))
     sub.add_parser("crd", help="print the DistTrainJob CRD")
     render_cmd = sub.add_parser("render", help="print every object the operator would create for a job")
     render_cmd.add_argument("file", type=Path, help="a DistTrainJob manifest, or - for standard input (with any "
                             "ResourceClaimTemplates, ResourceClaims and DeviceClasses its pods' claims name)")
     render_cmd.add_argument("--gpu-device-class", action="append", default=[], metavar="NAME",
                             help="a DeviceClass whose devices are GPUs (as the operator's flag of the same name)")
-    logs = sub.add_parser("logs", help="every pod's log of a job, each line prefixed [worker-1]")
-    logs.add_argument("job", help="the DistTrainJob's name")
-    logs.add_argument("--namespace", "-n", help="default: the kubeconfig context's namespace")
-    logs.add_argument("--follow", "-f", action="store_true",
-                      help="as lines arrive, through restarts, until the job succeeds or fails")
+    render_cmd.add_argument("--no-progress", dest="progress", action="store_false",
+                            help="as an operator without the progress endpoint (the chart's progress.enabled=false) "
+                            "would make them: no progress or checkpoint volume, address or label")
+    logs = add_job_arguments(sub.add_parser("logs", help="every pod's log of a job, each line prefixed [worker-1]"),
+                             "as lines arrive, through restarts, until the job succeeds or fails")
     logs.add_argument("--type", dest="replica_type", choices=["chief", "ps", "worker", "evaluator", "launcher"],
                       help="only the pods of this replica type")
     logs.add_argument("--previous", "-p", action="store_true", help="the containers' logs before their last restart")
-    logs.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or in-cluster")
-    logs.add_argument("--context", help="the kubeconfig context to use")
-    progress = sub.add_parser("progress", help="a job's training progress and its curves, as its pods report them")
-    progress.add_argument("job", help="the DistTrainJob's name")
-    progress.add_argument("--namespace", "-n", help="default: the kubeconfig context's namespace")
-    progress.add_argument("--follow", "-f", action="store_true", help="redraw as it changes, until the job ends")
-    progress.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, or in-cluster")
-    progress.add_argument("--context", help="the kubeconfig context to use")
+    add_job_arguments(sub.add_parser("progress", help="a job's training progress and its curves, as its pods report "
+                                     "them"), "redraw as it changes, until the job ends")
     args = parser.parse_args(argv)
 
     if args.command == "crd":
@@ -51,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(crd_yaml())
         return 0
     if args.command == "render":
-        return _render(args.file, args.gpu_device_class)
+        return _render(args.file, args.gpu_device_class, args.progress)
     if args.command == "logs":
         from disttrain.client.commands import logs_command
 
@@ -63,51 +70,6 @@ def main(argv: list[str] | None = None) -> int:
         return progress_command(args.job, namespace=args.namespace, follow=args.follow, kubeconfig=args.kubeconfig,
                                 context=args.context)
     return _run(args)
-
-
-def _reuse_seconds(value: str) -> float:
-    seconds = float(value)
-    if not 0 <= seconds <= 3600:  # nan and inf too: a wait must be a number of seconds, at most an hour
-        raise argparse.ArgumentTypeError(f"{value}: seconds from 0 to 3600")
-    return seconds
-
-
-def _add_run_arguments(run: argparse.ArgumentParser) -> None:
-    run.add_argument("--namespace", "-n", action="append", default=[],
-                     help="watch only this namespace (repeatable); default: the whole cluster")
-    run.add_argument("--leader-election", action="store_true",
-                     help="run only while holding a Lease, so several replicas can run with one active")
-    run.add_argument("--leader-election-namespace", default=os.environ.get("POD_NAMESPACE", "default"),
-                     help="namespace of the Lease (default: $POD_NAMESPACE, else default)")
-    run.add_argument("--lease-name", default="disttrain-operator")
-    run.add_argument("--lease-duration", type=int, default=15, help="seconds before a standby takes over")
-    run.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port")
-    run.add_argument("--health-port", type=int, default=0,
-                     help="serve /healthz (alive, standing by included) and /readyz (the leader) on this port")
-    run.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
-    run.add_argument("--resync-seconds", type=float, default=300.0, help="seconds between re-lists of the pods")
-    run.add_argument("--progress-port", type=int, default=0,
-                     help="take the pods' training progress reports on this port (HTTPS); 0: off")
-    run.add_argument("--progress-url", help="the endpoint's address as the pods reach it "
-                     "(default: https://127.0.0.1:PORT, for pods run on this machine)")
-    run.add_argument("--progress-tls-secret", default=f"{os.environ.get('POD_NAMESPACE') or 'default'}/"
-                     "disttrain-progress-tls", help="NAMESPACE/NAME of the Secret holding the endpoint's CA and "
-                     "certificate (made if absent)")
-    run.add_argument("--progress-status-seconds", type=float, default=15.0,
-                     help="write a job's reported progress to its status at most once in this many seconds")
-    run.add_argument("--progress-pods", metavar="NAMESPACE/KEY=VALUE[,KEY=VALUE...]",
-                     help="the pods serving the endpoint (the chart's operator pods): a job's NetworkPolicy with "
-                     "egress PeersAndDNS lets its pods report to them")
-    run.add_argument("--progress-memory-mib", type=int, default=384,
-                     help="the progress endpoint's process's memory bound (it runs apart from the controller)")
-    run.add_argument("--name-reuse-seconds", type=_reuse_seconds, default=6.0,
-                     help="seconds a job's new pods wait, once the old pods of the same names are gone (a "
-                     "whole-job restart, a resume), for DNS answers naming the old addresses to expire: the "
-                     "cluster DNS's pod-record TTL (CoreDNS: 5) plus a second")
-    run.add_argument("--gpu-device-class", action="append", default=[], metavar="NAME",
-                     help="a DRA DeviceClass whose devices are GPUs (repeatable), besides those whose selectors pin "
-                     "NVIDIA's driver gpu.nvidia.com: an MPI worker's claims on them give it its slots")
-    run.add_argument("--verbose", "-v", action="store_true")
 
 
 def _missing_operator_dependency() -> str | None:
@@ -176,6 +138,12 @@ def _endpoint_pods(text: str, port: int) -> Any:
     return EndpointPods(namespace, tuple((k, v) for k, _, v in pairs), port)
 
 
+def _unreachable(err: Exception) -> str:
+    if isinstance(err, FileNotFoundError):
+        return f"no kubeconfig at {err.filename} (set $KUBECONFIG, or run in a pod)"
+    return f"can't reach the API server: {str(err).splitlines()[0] if str(err) else repr(err)}"
+
+
 def _refused_by_version() -> bool:
     """Before the Lease and the handlers: on too old a cluster, one clear line (and exit 1); on one
     this release wasn't tested on, a warning naming its version."""
@@ -185,7 +153,10 @@ def _refused_by_version() -> bool:
     from disttrain.apiserver.credentials import login
     from disttrain.runtime.preflight import check_kubernetes_version
 
-    problem, note = asyncio.run(check_kubernetes_version(login))
+    try:
+        problem, note = asyncio.run(check_kubernetes_version(login))
+    except Exception as err:  # no kubeconfig, unreachable, a 403: one line, not a traceback of kopf's login
+        problem, note = _unreachable(err), None
     if problem:
         logging.getLogger("disttrain").error(problem)
     elif note:
@@ -193,17 +164,34 @@ def _refused_by_version() -> bool:
     return problem is not None
 
 
-def _render(file: Path, gpu_device_classes: list[str]) -> int:
+def _render(file: Path, gpu_device_classes: list[str], progress: bool) -> int:
+    import importlib.util
+
     from disttrain.api.parse import SpecError
     from disttrain.builders.claims import UncountableClaim
     from disttrain.builders.render import render
+    from disttrain.builders.render_input import RenderRefused
 
-    text = sys.stdin.read() if str(file) == "-" else file.read_text()
+    name = "<stdin>" if str(file) == "-" else str(file)
     try:
-        sys.stdout.write(render(text, gpu_device_classes))
-    except (SpecError, UncountableClaim) as err:  # the operator would fail the job with these words
-        print(f"disttrain render: {err}", file=sys.stderr)
+        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    except OSError as err:  # missing, a directory, unreadable
+        print(f"{name}: {err.strerror or err}", file=sys.stderr)
         return 1
+    except UnicodeDecodeError as err:
+        print(f"{name}: not a manifest: byte {err.start} is not UTF-8 text", file=sys.stderr)
+        return 1
+    try:
+        sys.stdout.write(render(text, gpu_device_classes, progress))
+    except RenderRefused as err:  # as `kubectl apply` would refuse it, or no job at all
+        print("\n".join(f"{name}: {line}" for line in err.lines), file=sys.stderr)
+        return 1
+    except (SpecError, UncountableClaim) as err:  # the operator would fail the job with these words
+        print(f"{name}: {err}", file=sys.stderr)
+        return 1
+    if missing := [m for m in ("jsonschema", "celpy") if importlib.util.find_spec(m) is None]:
+        print(f"{name}: not checked against the CRD ({', '.join(missing)} missing: pip install jsonschema cel-python)",
+              file=sys.stderr)
     return 0
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from disttrain.builders.render import UID_PLACEHOLDER
 from support import ROOT, Cluster
 
 EXAMPLES = sorted((ROOT / "examples").glob("*/job*.yaml"))
@@ -58,5 +59,6 @@ def test_render_output_passes_server_side_dry_run(crd: Cluster, namespace: str, 
         assert "disttrain_gloo.py: |" in out
     elif "mpi" in out:
         assert "hostfile: |" in out
-    result = crd.kubectl("apply", "--dry-run=server", "-f", "-", input=out)
+    # The SSH Secret's name ends with the job's uid, which render shows as a placeholder.
+    result = crd.kubectl("apply", "--dry-run=server", "-f", "-", input=out.replace(UID_PLACEHOLDER, "dry-run"))
     assert "(server dry run)" in result.stdout and "pod/" in result.stdout, result.stdout

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+from pathlib import Path
+from typing import Any
+
 import yaml
 
+from disttrain.__main__ import main
+from disttrain.api.constants import CHECKPOINT_FILE_LABEL
 from disttrain.builders.render import render, render_objects
-from manifests import mpi_job, mwms_job
+from manifests import gloo_job, mpi_job, mwms_job
 
 
 def test_multi_line_values_are_literal_blocks() -> None:
@@ -76,3 +83,35 @@ def test_a_claim_object_of_the_wrong_shape_in_the_file_counts_nothing() -> None:
     broken = "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: two-gpus}\nspec: [1]\n"
     out = render(broken + "---\n" + dra_job({"name": "gpus", "resourceClaimTemplateName": "two-gpus"}))
     assert "slots=1" in out and "ResourceClaimTemplate two-gpus (no devices)" in out
+
+
+def rendered_pods(tmp_path: Path, job: dict[str, Any], *flags: str) -> list[dict[str, Any]]:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["render", str(path), *flags]) == 0
+    return [o for o in yaml.safe_load_all(out.getvalue()) if o["kind"] == "Pod"]
+
+
+def env_names(pod: dict[str, Any]) -> set[str]:
+    return {e["name"] for c in pod["spec"]["containers"] for e in c.get("env", [])}
+
+
+def test_pods_are_as_the_charts_operator_makes_them_and_without_progress_on_request(tmp_path: Path) -> None:
+    """The chart's default serves the progress endpoint: the pods get what reports and hears a checkpoint."""
+    for pods in (rendered_pods(tmp_path, mwms_job("mw", workers=2)), rendered_pods(tmp_path, gloo_job("g"))):
+        chief = pods[0]
+        assert {"DISTTRAIN_PROGRESS_URL", "DISTTRAIN_CHECKPOINT_DIR"} <= env_names(chief)
+        assert {"disttrain-progress", "disttrain-checkpoint"} <= {v["name"] for v in chief["spec"]["volumes"]}
+        assert all(p["metadata"]["labels"][CHECKPOINT_FILE_LABEL] == "true" for p in pods)
+    for pod in rendered_pods(tmp_path, mwms_job("mw", workers=2), "--no-progress"):
+        assert not {"DISTTRAIN_PROGRESS_URL", "DISTTRAIN_CHECKPOINT_DIR"} & env_names(pod)
+        assert CHECKPOINT_FILE_LABEL not in pod["metadata"]["labels"]
+
+
+def test_the_ssh_secrets_name_is_a_placeholder_no_one_takes_for_real(tmp_path: Path) -> None:
+    pods = rendered_pods(tmp_path, mpi_job("hvd", workers=2))
+    launcher = next(p for p in pods if "launcher" in p["metadata"]["name"])
+    secrets = [v["secret"]["secretName"] for v in launcher["spec"]["volumes"] if "secret" in v]
+    assert secrets and all("<" in name for name in secrets), secrets

@@ -8,30 +8,48 @@ from typing import Any
 
 import yaml
 
-from disttrain.api.constants import KIND, REPLICA_INDEX_LABEL
+from disttrain.api.constants import REPLICA_INDEX_LABEL
 from disttrain.api.objects import JobRef
 from disttrain.api.parse import parse_spec
 from disttrain.api.spec import GangProvider, JobSpec
-from disttrain.builders import gang, gloo, render_claims
+from disttrain.builders import gang, gloo, render_claims, render_input
 from disttrain.builders.desired import job_pod, supporting_objects
-from disttrain.builders.mpi import SSHKeys, slots_per_worker
+from disttrain.builders.mpi import SSHKeys, secret_name, slots_per_worker
 from disttrain.builders.pods import desired_pod_keys
+from disttrain.builders.progress import EndpointPods, ProgressEndpoint
 
 # `render` shows where the key goes, never a real key: the operator makes one per job.
 PLACEHOLDER_KEYS = SSHKeys(private="<a private key made for this job by the operator>",
                            public="ssh-ed25519 <the matching public key>")
 
+# Where the SSH Secret's name has the first characters of the job's uid, unknown before it is created.
+UID_PLACEHOLDER = "<the job's uid, its first 8 characters>"
 
-def render_objects(job: dict[str, Any], spec: JobSpec | None = None) -> list[dict[str, Any]]:
-    """`spec`: the job's, parsed (with what render_claims found), or None to parse it here."""
+# The progress endpoint of the chart's operator with its defaults (progress.enabled, port 8443),
+# as `helm install RELEASE` in NAMESPACE names it: the pods that report get its volume and address,
+# and every pod the checkpoint volume (builders/progress.py, checkpoint.py).
+_RELEASE, _NAMESPACE = "<release>-disttrain-operator", "<operator's namespace>"
+CHART_ENDPOINT = ProgressEndpoint(
+    url=f"https://{_RELEASE}-progress.{_NAMESPACE}.svc:8443",
+    ca=f"<the endpoint's CA (PEM), from Secret {_NAMESPACE}/{_RELEASE}-progress-tls>",
+    pods=EndpointPods(_NAMESPACE, (("app.kubernetes.io/instance", "<release>"),
+                                   ("app.kubernetes.io/name", "disttrain-operator")), 8443))
+
+
+def render_objects(job: dict[str, Any], spec: JobSpec | None = None, progress: bool = True) -> list[dict[str, Any]]:
+    """`spec`: the job's, parsed (with what render_claims found), or None to parse it here.
+    `progress`: as an operator serving the progress endpoint (the chart's default) would make them."""
     meta = job.get("metadata") or {}
     ref = JobRef(name=meta.get("name", "job"), namespace=meta.get("namespace") or "default",
                  uid=meta.get("uid") or "<uid of the DistTrainJob>")
     spec = spec if spec is not None else parse_spec(job.get("spec") or {})
     workers = range(spec.mpi.worker.replicas) if spec.mpi else ()
-    provider = rendered_provider(spec)
-    return [*supporting_objects(ref, spec, PLACEHOLDER_KEYS, list(workers), provider),
-            *(job_pod(ref, spec, key, provider) for key in desired_pod_keys(spec))]
+    provider, endpoint = rendered_provider(spec), CHART_ENDPOINT if progress else None
+    # A placeholder no one takes for a real name (it isn't a valid one).
+    ssh_secret = secret_name(ref) if meta.get("uid") else f"{ref.name}-ssh-{UID_PLACEHOLDER}"
+    return [*supporting_objects(ref, spec, PLACEHOLDER_KEYS, list(workers), provider, ssh_secret=ssh_secret,
+                                report_to=endpoint),
+            *(job_pod(ref, spec, key, provider, endpoint, ssh_secret) for key in desired_pod_keys(spec))]
 
 
 def rendered_provider(spec: JobSpec) -> GangProvider | None:
@@ -74,14 +92,17 @@ def rank_comment(spec: JobSpec, obj: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(text: str, gpu_device_classes: Iterable[str] = ()) -> str:
+def render(text: str, gpu_device_classes: Iterable[str] = (), progress: bool = True) -> str:
     """Other documents of the file (a PVC beside the job, say) are the user's own: not shown; its
-    DRA objects (a ResourceClaimTemplate, a DeviceClass) say what the claims give (render_claims.py)."""
-    everything = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
-    found = render_claims.file_claims(everything, gpu_device_classes)
+    DRA objects (a ResourceClaimTemplate, a DeviceClass) say what the claims give (render_claims.py).
+    RenderRefused: no job, or one the API server would refuse (render_input.py)."""
+    docs = render_input.documents(text)
+    jobs = render_input.jobs(docs)
+    found = render_claims.file_claims([d for d in docs if isinstance(d, dict)], gpu_device_classes)
     parts: list[str] = []
-    for doc in (d for d in everything if d.get("kind") == KIND):
+    for doc in jobs:
         spec = render_claims.with_claimed_gpus(parse_spec(doc.get("spec") or {}), found)
         parts.extend(rank_comment(spec, obj) + render_claims.claims_comment(spec, obj, found)
-                     + yaml.dump(obj, Dumper=_ManifestDumper, sort_keys=False) for obj in render_objects(doc, spec))
+                     + yaml.dump(obj, Dumper=_ManifestDumper, sort_keys=False)
+                     for obj in render_objects(doc, spec, progress))
     return "---\n".join(parts)

@@ -18,6 +18,7 @@ from disttrain.api.spec import (
     Egress,
     GangProvider,
     LauncherStart,
+    MPIBootstrap,
     MPIImplementation,
     RestartPolicy,
     RestartScope,
@@ -27,6 +28,7 @@ from disttrain.client.joblogs import JobNotFound, LogLine
 from disttrain.client.jobs import (
     MPI,
     Container,
+    Elastic,
     Gang,
     Job,
     NetworkPolicy,
@@ -40,8 +42,7 @@ from disttrain.client.progress import JobStatus
 from disttrain.client.training import Client, JobError
 
 __all__ = [
-    "MPI", "CleanPodPolicy", "Client", "Container", "Egress", "Gang", "GangProvider", "Job", "JobError",
-    "JobNotFound", "JobStatus", "LauncherStart", "LogLine", "MPIImplementation", "NetworkPolicy", "Replica",
-    "RestartPolicy", "RestartScope",
-    "RunPolicy", "Scheduling", "Spec", "SuccessPolicy", "TensorFlow",
+    "MPI", "CleanPodPolicy", "Client", "Container", "Egress", "Elastic", "Gang", "GangProvider", "Job", "JobError",
+    "JobNotFound", "JobStatus", "LauncherStart", "LogLine", "MPIBootstrap", "MPIImplementation", "NetworkPolicy",
+    "Replica", "RestartPolicy", "RestartScope", "RunPolicy", "Scheduling", "Spec", "SuccessPolicy", "TensorFlow",
 ]

@@ -13,6 +13,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import urllib3
+import yaml
 from kubernetes import client, config
 
 from disttrain.api.constants import GROUP, PLURAL, VERSION
@@ -20,19 +22,48 @@ from disttrain.api.constants import GROUP, PLURAL, VERSION
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
+class ConnectError(Exception):
+    """The kubeconfig can't say how to reach the API server; the message says which and why."""
+
+
 def connect(kubeconfig: str | None = None, context: str | None = None) -> tuple[client.ApiClient, str]:
-    """An API client and the namespace it defaults to."""
+    """An API client and the namespace it defaults to; ConnectError if the kubeconfig is missing or
+    malformed, or has no such context."""
     path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or \
         os.path.expanduser(config.KUBE_CONFIG_DEFAULT_LOCATION)
     if kubeconfig or context or os.path.exists(path) or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        api = config.new_client_from_config(config_file=path, context=context, persist_config=False)
-        contexts, active = config.list_kube_config_contexts(config_file=path)
-        chosen = next((c for c in contexts if c["name"] == context), active) if context else active
-        return api, ((chosen or {}).get("context") or {}).get("namespace") or "default"
+        return _from_kubeconfig(path, context, given=bool(kubeconfig))
     configuration = client.Configuration()
     config.load_incluster_config(client_configuration=configuration)
     namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip() if SERVICE_ACCOUNT_NAMESPACE.exists() else "default"
     return client.ApiClient(configuration), namespace
+
+
+def _from_kubeconfig(path: str, context: str | None, given: bool) -> tuple[client.ApiClient, str]:
+    if not os.path.isfile(path):
+        raise ConnectError(f"--kubeconfig {path}: missing" if given else f"no kubeconfig: {path} is missing (set "
+                           "$KUBECONFIG or --kubeconfig, or run in a pod)")
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=path)
+    except (config.ConfigException, yaml.YAMLError, TypeError, AttributeError, KeyError) as err:
+        problem = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ConnectError(f"{path}: a malformed kubeconfig ({problem})") from err
+    chosen = next((c for c in contexts if c["name"] == context), None) if context else active
+    if context and chosen is None:
+        raise ConnectError(f"{path}: no context {context!r} (it has {', '.join(c['name'] for c in contexts)})")
+    try:
+        api = config.new_client_from_config(config_file=path, context=context, persist_config=False)
+    except (config.ConfigException, TypeError, AttributeError, KeyError) as err:
+        raise ConnectError(f"{path}: a malformed kubeconfig ({err})") from err
+    return api, ((chosen or {}).get("context") or {}).get("namespace") or "default"
+
+
+def unreachable(err: urllib3.exceptions.HTTPError) -> str:
+    """A request that never got an answer, in one line."""
+    pool = getattr(err, "pool", None)
+    where = f" at {pool.host}:{pool.port}" if pool is not None else ""
+    reason = str(getattr(err, "reason", None) or err)
+    return f"can't reach the API server{where}: {reason.rpartition('>: ')[2]}"
 
 
 class LogUnavailable(Exception):

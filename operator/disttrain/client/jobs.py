@@ -121,9 +121,10 @@ class Elastic(_Object):
     below_min_grace_seconds: int | None = None
 
 
-@dataclass
+@dataclass(init=False)
 class MPI(_Object):
-    """`launcher`: a Replica with bootstrap SSH (the default), None with Gloo."""
+    """`launcher`: a Replica with bootstrap SSH (the default), None with Gloo:
+    `MPI(worker=..., bootstrap=MPIBootstrap.GLOO)`."""
 
     launcher: Replica | None
     worker: Replica
@@ -133,6 +134,24 @@ class MPI(_Object):
     launcher_start: LauncherStart | None = None
     elastic: Elastic | None = None
     bootstrap: MPIBootstrap | None = None  # last: the fields before it keep their positions
+
+    # Written out, not generated: a launcher the schema doesn't require comes before the worker
+    # it does, and `MPI(launcher, worker)` keeps working positionally.
+    def __init__(self, launcher: Replica | None = None, worker: Replica | None = None,
+                 implementation: MPIImplementation | None = None, slots_per_worker: int | None = None,
+                 ssh_auth_mount_path: str | None = None, launcher_start: LauncherStart | None = None,
+                 elastic: Elastic | None = None, bootstrap: MPIBootstrap | None = None) -> None:
+        if worker is None:
+            raise TypeError("MPI() needs a worker: MPI(worker=Replica(...))")
+        self.launcher, self.worker, self.implementation = launcher, worker, implementation
+        self.slots_per_worker, self.ssh_auth_mount_path = slots_per_worker, ssh_auth_mount_path
+        self.launcher_start, self.elastic, self.bootstrap = launcher_start, elastic, bootstrap
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.launcher is None and self.bootstrap != MPIBootstrap.GLOO:
+            raise ValueError("an MPI job with bootstrap SSH (the default) needs a launcher, which runs mpirun; "
+                             "without one, bootstrap=MPIBootstrap.GLOO")
+        return super().to_dict()
 
 
 @dataclass
@@ -190,11 +209,12 @@ class Job:
     annotations: dict[str, str] = field(default_factory=dict)
 
     def to_manifest(self, namespace: str | None = None) -> dict[str, Any]:
+        """`namespace`: where the job goes when it names none itself."""
         if (self.spec.tensorflow is None) == (self.spec.mpi is None):
             raise ValueError("a Job is a TensorFlow job or an MPI job: set spec.tensorflow or spec.mpi")
         metadata: dict[str, Any] = {"name": self.name}
-        if namespace or self.namespace:
-            metadata["namespace"] = namespace or self.namespace
+        if self.namespace or namespace:  # the Job's own first: `namespace` is the client's default
+            metadata["namespace"] = self.namespace or namespace
         if self.labels:
             metadata["labels"] = dict(self.labels)
         if self.annotations:
