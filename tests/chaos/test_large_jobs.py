@@ -1,0 +1,98 @@
+"""One namespace's user against the controller's memory, on the real plane (issue 43): what a
+`kubectl apply` of a huge job, or of templates it names, may cost the operator every tenant shares.
+
+- A 5,000-worker TensorFlow job: every pod's TF_CONFIG would be 214 kB, past the 128 KiB one
+  environment variable can hold. It fails at once naming the field; before, the controller built
+  all 5,000 pods in one pass (57 -> 1,081 MB in 20 s, twice the chart's 512 Mi limit).
+- A 5,000-worker Gloo job in a namespace whose ResourceQuota allows 10 pods: 10 pods, the quota in
+  its status in the API server's words, a few creates a pass.
+- Three MPI jobs each naming 31 ResourceClaimTemplates of 1 MB (32 requests x 3 CEL selectors of
+  10 KiB) and one template that doesn't exist: each waits in WaitingForClaims, and the controller
+  keeps counts, not the specs (before: 57 -> 179 MB in 10 s).
+- Meanwhile another namespace's job starts, and the controller's RSS stays within 48 MiB of where
+  it was.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fakedra import FAKE_GPU_CLASS
+from manifests import gloo_job, mpi_job, mwms_job
+from progress_support import rss_mib
+from support import Cluster, OperatorProcess, wait_for, wait_namespace_ready, wait_pods_running
+
+pytestmark = pytest.mark.usefixtures("operator")
+GROWTH_MIB = 48
+
+
+@pytest.fixture
+def other_namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.core.create_namespace({"metadata": {"name": name}})
+    wait_namespace_ready(cluster, name)
+    yield name
+    cluster.core.delete_namespace(name)
+
+
+def huge_template(name: str) -> dict[str, Any]:
+    selector = {"cel": {"expression": 'device.driver == "' + "z" * 10_240 + '"'}}
+    requests = [{"name": f"r{i}", "exactly": {"deviceClassName": FAKE_GPU_CLASS, "selectors": [selector] * 3}}
+                for i in range(32)]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": requests}}}}
+
+
+def waiting_on_claims(name: str) -> dict[str, Any]:
+    job = mpi_job(name, workers=2, gpus=0)
+    worker = job["spec"]["mpi"]["worker"]["template"]["spec"]
+    worker["resourceClaims"] = [{"name": f"c{i}", "resourceClaimTemplateName": f"huge-{i}"} for i in range(31)]
+    worker["resourceClaims"].append({"name": "missing", "resourceClaimTemplateName": "not-there"})
+    worker["containers"][0].setdefault("resources", {})["claims"] = [{"name": "c0"}]
+    return job
+
+
+def test_huge_jobs_and_the_templates_they_name_leave_the_controllers_memory_flat(
+        cluster: Cluster, operator: OperatorProcess, namespace: str, other_namespace: str) -> None:
+    assert operator.proc is not None
+    controller = operator.proc.pid
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input="\n".join(
+        json.dumps(huge_template(f"huge-{i}")) for i in range(31)))
+    cluster.core.create_namespaced_resource_quota(namespace, {"metadata": {"name": "ten-pods"},
+                                                              "spec": {"hard": {"pods": "10"}}})
+    before = rss_mib(controller)
+    started = time.monotonic()
+    cluster.apply(mwms_job("tf-5000", workers=5000), namespace)
+    cluster.apply(gloo_job("gloo-5000", workers=5000), namespace)
+    for i in range(3):
+        cluster.apply(waiting_on_claims(f"claims-{i}"), namespace)
+    cluster.apply(mwms_job("neighbour", workers=2), other_namespace)
+
+    failed = cluster.wait_phase(namespace, "tf-5000", "Failed", timeout=30)
+    assert failed["message"].startswith("spec.tensorflow.worker.replicas: TF_CONFIG lists all 5000 members"), failed
+    assert not cluster.pods(namespace, "disttrain.dev/job-name=tf-5000")
+    wait_pods_running(cluster, other_namespace, "neighbour", 2, timeout=60)
+    neighbour_running = time.monotonic() - started
+
+    def quota_said() -> dict[str, Any] | None:
+        status = cluster.job_status(namespace, "gloo-5000")
+        return status if "exceeded quota: ten-pods" in str(status.get("message")) else None
+
+    status = wait_for(quota_said, 60, "the Gloo job's status to say the quota")
+    assert status["reason"] == "PodCreateRefused", status
+    for i in range(3):
+        wait_for(lambda i=i: cluster.job_status(namespace, f"claims-{i}").get("reason") == "WaitingForClaims",
+                 60, f"claims-{i} waiting for its missing template")
+    time.sleep(10)  # a few more passes of each
+    after = rss_mib(controller)
+    print(f"\ncontroller RSS {before:.0f} -> {after:.0f} MiB; the other namespace's job Running "
+          f"{neighbour_running:.1f} s after the huge ones were applied")
+    assert after - before < GROWTH_MIB
+    assert len(cluster.pods(namespace, "disttrain.dev/job-name=gloo-5000")) == 10
+    assert operator.proc.poll() is None, "the operator is still running"
