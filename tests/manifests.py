@@ -74,3 +74,14 @@ def gloo_job(name: str = "hvd", workers: int = 3, gpus: int = 0, worker_policy: 
     """Horovod without SSH (spec.mpi.bootstrap Gloo): no launcher, each worker runs the training."""
     worker = replica(workers, worker_policy, gpus=gpus, image=HOROVOD_IMAGE, command=["python", "/train.py"])
     return job(name, {"mpi": {"bootstrap": "Gloo", "worker": worker}}, run_policy or None)
+
+
+def with_field(manifest: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of `manifest` with the field at the dotted `path` set to `value`."""
+    out = copy.deepcopy(manifest)
+    *parents, last = path.split(".")
+    node = out
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return out

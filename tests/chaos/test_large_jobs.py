@@ -86,9 +86,10 @@ def test_huge_jobs_and_the_templates_they_name_leave_the_controllers_memory_flat
 
     status = wait_for(quota_said, 60, "the Gloo job's status to say the quota")
     assert status["reason"] == "PodCreateRefused", status
-    for i in range(3):
-        wait_for(lambda i=i: cluster.job_status(namespace, f"claims-{i}").get("reason") == "WaitingForClaims",
-                 60, f"claims-{i} waiting for its missing template")
+    def all_waiting_for_claims() -> bool:
+        return all(cluster.job_status(namespace, f"claims-{i}").get("reason") == "WaitingForClaims" for i in range(3))
+
+    wait_for(all_waiting_for_claims, 60, "the three claim jobs waiting for their missing template")
     time.sleep(10)  # a few more passes of each
     after = rss_mib(controller)
     print(f"\ncontroller RSS {before:.0f} -> {after:.0f} MiB; the other namespace's job Running "

@@ -3,46 +3,30 @@ line each, never a traceback; `run` checks its numeric flags as the chart's valu
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from fakes import JSONHandler, serving
 
 from disttrain.__main__ import main
 
 
-class _Forbidden(BaseHTTPRequestHandler):
+class _Forbidden(JSONHandler):
     def do_GET(self) -> None:
-        body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
-                           "code": 403, "message": 'disttrainjobs.disttrain.dev "mw" is forbidden: User "me" '
-                           'cannot get resource "disttrainjobs"'}).encode()
-        self.send_response(403)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: Any) -> None:
-        pass
+        self.send_json(403, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
+                             "code": 403, "message": 'disttrainjobs.disttrain.dev "mw" is forbidden: User "me" '
+                             'cannot get resource "disttrainjobs"'})
 
 
 @pytest.fixture
 def forbidding() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Forbidden)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with serving(_Forbidden) as url:
+        yield url
 
 
 def kubeconfig(path: Path, server: str) -> Path:

@@ -3,7 +3,6 @@ file and the field, with a non-zero exit, never a traceback; a `kind: List` is r
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -11,23 +10,13 @@ import pytest
 import yaml
 
 from disttrain.__main__ import main
-from manifests import gloo_job, mwms_job
+from manifests import gloo_job, mwms_job, with_field
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     rc = main(["render", *argv])
     out, err = capsys.readouterr()
     return rc, out, err
-
-
-def with_value(job: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    out = copy.deepcopy(job)
-    *parents, last = path.split(".")
-    node = out
-    for key in parents:
-        node = node[key]
-    node[last] = value
-    return out
 
 
 def job_text(job: dict[str, Any]) -> str:
@@ -42,13 +31,13 @@ BAD_FILES: dict[str, tuple[bytes | None, str]] = {
     "missing": (None, "No such file"),
     "binary": (b"\x89PNG\r\n\x1a\n\x00\xff\xfe", "UTF-8"),
     "syntax": (b"apiVersion: disttrain.dev/v1\nkind: DistTrainJob\nspec: [\n", "line"),
-    "replicas-two": (job_text(with_value(TF, "spec.tensorflow.worker.replicas", "two")).encode(),
+    "replicas-two": (job_text(with_field(TF, "spec.tensorflow.worker.replicas", "two")).encode(),
                      "spec.tensorflow.worker.replicas"),
-    "restart-sometimes": (job_text(with_value(TF, "spec.tensorflow.worker.restartPolicy", "Sometimes")).encode(),
+    "restart-sometimes": (job_text(with_field(TF, "spec.tensorflow.worker.restartPolicy", "Sometimes")).encode(),
                           "spec.tensorflow.worker.restartPolicy"),
-    "bootstrap-ssh": (job_text(with_value(GLOO, "spec.mpi.bootstrap", "ssh")).encode(), "spec.mpi.bootstrap"),
-    "spec-x": (job_text(with_value(TF, "spec", "x")).encode(), "spec"),
-    "template-x": (job_text(with_value(TF, "spec.tensorflow.worker.template", "x")).encode(),
+    "bootstrap-ssh": (job_text(with_field(GLOO, "spec.mpi.bootstrap", "ssh")).encode(), "spec.mpi.bootstrap"),
+    "spec-x": (job_text(with_field(TF, "spec", "x")).encode(), "spec"),
+    "template-x": (job_text(with_field(TF, "spec.tensorflow.worker.template", "x")).encode(),
                    "spec.tensorflow.worker.template"),
     "empty": (b"", "DistTrainJob"),
     "list": (b"- a\n- b\n", "DistTrainJob"),

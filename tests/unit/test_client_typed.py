@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
+from fakes import JSONHandler, serving
 from kubernetes import client as kube
 
 import disttrain.client
@@ -40,32 +38,19 @@ def test_positional_mpi_keeps_its_order_and_ssh_still_needs_a_launcher() -> None
         MPI()
 
 
-class _Recorder(BaseHTTPRequestHandler):
+class _Recorder(JSONHandler):
     paths: list[str] = []
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.paths.append(self.path)
-        out = json.dumps(body).encode()
-        self.send_response(201)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *_: Any) -> None:
-        pass
+        self.send_json(201, body)
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join()
+    with serving(_Recorder) as url:
+        yield url
 
 
 def test_a_jobs_own_namespace_is_where_submit_puts_it(server: str) -> None:

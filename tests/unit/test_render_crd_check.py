@@ -12,19 +12,9 @@ import yaml
 
 from disttrain.__main__ import main
 from disttrain.api.admission import refusals
-from manifests import gloo_job, mpi_job, mwms_job, replica, tf_job
+from manifests import gloo_job, mpi_job, mwms_job, replica, tf_job, with_field
 
 TF = mwms_job("mw", workers=2)
-
-
-def changed(job: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    out = copy.deepcopy(job)
-    *parents, last = path.split(".")
-    node = out
-    for key in parents:
-        node = node[key]
-    node[last] = value
-    return out
 
 
 def typo(job: dict[str, Any]) -> dict[str, Any]:
@@ -36,16 +26,16 @@ def typo(job: dict[str, Any]) -> dict[str, Any]:
 
 REFUSED = {
     "two-chiefs": (tf_job("tf", chief=replica(2), worker=replica(2)), "spec.tensorflow.chief.replicas"),
-    "replicas-negative": (changed(TF, "spec.tensorflow.worker.replicas", -1),
+    "replicas-negative": (with_field(TF, "spec.tensorflow.worker.replicas", -1),
                           "spec.tensorflow.worker.replicas: Invalid value: -1: "
                           "spec.tensorflow.worker.replicas in body should be greater than or equal to 0"),
-    "replicas-fraction": (changed(TF, "spec.tensorflow.worker.replicas", 1.5), "must be of type integer"),
-    "slots-zero": (changed(mpi_job("hvd", workers=2), "spec.mpi.slotsPerWorker", 0), "spec.mpi.slotsPerWorker"),
-    "port": (changed(TF, "spec.tensorflow.port", 99999), "should be less than or equal to 65535"),
-    "grace": (changed(TF, "spec.runPolicy", {"checkpointGraceSeconds": 9999}),
+    "replicas-fraction": (with_field(TF, "spec.tensorflow.worker.replicas", 1.5), "must be of type integer"),
+    "slots-zero": (with_field(mpi_job("hvd", workers=2), "spec.mpi.slotsPerWorker", 0), "spec.mpi.slotsPerWorker"),
+    "port": (with_field(TF, "spec.tensorflow.port", 99999), "should be less than or equal to 65535"),
+    "grace": (with_field(TF, "spec.runPolicy", {"checkpointGraceSeconds": 9999}),
               "spec.runPolicy.checkpointGraceSeconds"),
-    "bad-name": (changed(TF, "metadata.name", "Bad_Name"), "metadata.name must be a DNS-1035 label"),
-    "long-name": (changed(TF, "metadata.name", "a" * 61), "metadata.name is too long"),
+    "bad-name": (with_field(TF, "metadata.name", "Bad_Name"), "metadata.name must be a DNS-1035 label"),
+    "long-name": (with_field(TF, "metadata.name", "a" * 61), "metadata.name is too long"),
     "typo": (typo(TF), 'unknown field "spec.tensorflow.worker.restartPolcy"'),
 }
 
