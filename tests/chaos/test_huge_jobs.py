@@ -42,7 +42,7 @@ def other_namespace(cluster: Cluster) -> Iterator[str]:
 
 
 def huge_template(name: str) -> dict[str, Any]:
-    selector = {"cel": {"expression": 'device.driver == "' + "z" * 10_240 + '"'}}
+    selector = {"cel": {"expression": 'device.driver == "' + "z" * 10_200 + '"'}}
     requests = [{"name": f"r{i}", "exactly": {"deviceClassName": FAKE_GPU_CLASS, "selectors": [selector] * 3}}
                 for i in range(32)]
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},

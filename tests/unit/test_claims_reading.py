@@ -212,7 +212,7 @@ def test_a_job_waiting_on_a_claim_keeps_counts_not_the_megabytes_of_its_template
     """31 templates of 1.3 MB each (32 requests x 4 CEL selectors of 10 KiB: within resource.k8s.io's
     limits) and one template not there: the job waits, and what is kept for it is bytes, not the
     specs. Before: three such jobs kept 125 MB (the issue saw the controller grow 57 -> 179 MB)."""
-    selector = {"cel": {"expression": "device.attributes['x'].y == '" + "z" * 10_240 + "'"}}
+    selector = {"cel": {"expression": "device.attributes['x'].y == '" + "z" * 10_200 + "'"}}
     request = {"exactly": {**exactly("gpu.example.com", 1), "selectors": [selector] * 4}}
     huge = {"spec": {"spec": {"devices": {"requests": [
         {"name": f"r{i}", **request} for i in range(32)]}}}}

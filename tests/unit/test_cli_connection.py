@@ -89,7 +89,8 @@ def test_the_operator_says_in_one_line_that_it_cant_reach_the_cluster(tmp_path: 
 
 
 @pytest.mark.parametrize("flag", ["--workers=0", "--progress-status-seconds=-5", "--progress-memory-mib=0",
-                                  "--progress-port=70000", "--resync-seconds=0", "--lease-duration=0"])
+                                  "--progress-port=70000", "--resync-seconds=0", "--lease-duration=0",
+                                  "--resync-seconds=inf", "--progress-status-seconds=inf"])
 def test_run_checks_its_numbers_as_the_charts_schema_does(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["run", flag])

@@ -71,3 +71,13 @@ def test_a_list_as_kubectl_prints_it_is_rendered_item_by_item(tmp_path: Path,
     rc_one, separately, _ = run(capsys, str(one))
     rc, listed, err = run(capsys, str(two))
     assert (rc_one, rc, err) == (0, 0, "") and listed == separately and "kind: Pod" in listed
+
+
+def test_an_unquoted_date_is_a_string_as_kubectl_reads_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PyYAML reads `2020-01-01` as a date, which the schema check refused as no string."""
+    job = yaml.safe_load(job_text(TF))
+    job["spec"]["tensorflow"]["worker"]["template"]["spec"]["containers"][0]["env"] = [{"name": "D", "value": "DATE"}]
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job).replace("DATE", "2020-01-01"))
+    rc, out, err = run(capsys, str(path))
+    assert rc == 0 and "2020-01-01" in out, err

@@ -5,15 +5,21 @@ the operator down or hold up another namespace's jobs."""
 from __future__ import annotations
 
 import gc
+import time
 import tracemalloc
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from test_controller import Harness, run
 
+from disttrain.__main__ import main
 from disttrain.api.constants import MAX_REPLICAS
+from disttrain.api.objects import JobRef
 from disttrain.api.parse import SpecError, parse_spec
+from disttrain.builders.tensorflow import tf_config_too_large
 from disttrain.decide.reconcile import MAX_PODS_PER_PASS
 from manifests import gloo_job, mwms_job
 
@@ -95,3 +101,38 @@ def test_a_replica_count_past_the_bound_is_refused_as_the_crd_refuses_it(replica
     manifest["spec"]["mpi"]["worker"]["replicas"] = replicas
     with pytest.raises(SpecError, match=r"^spec\.mpi\.worker\.replicas: .* from 0 to 10000"):
         parse_spec(manifest["spec"])
+
+
+def test_render_refuses_a_tensorflow_job_too_large_to_start_in_one_line_without_building_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """10,000 workers pass the CRD; each pod's TF_CONFIG would be 340 kB: render building them all
+    took over 300 s (the review of issue 43), and says the operator's words at once now."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(mwms_job("mnist", workers=MAX_REPLICAS)))
+    started = time.monotonic()
+    assert main(["render", str(path)]) == 1
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{path}: spec.tensorflow.worker.replicas: TF_CONFIG lists all"), err
+
+
+def test_a_tf_config_of_the_users_own_in_every_container_is_not_ours_to_bound() -> None:
+    manifest = mwms_job("mnist", workers=5000)
+    manifest["spec"]["tensorflow"]["worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "TF_CONFIG", "value": '{"task": {"type": "worker", "index": 0}}'}]
+    spec = parse_spec(manifest["spec"])
+    assert spec.tensorflow is not None
+    assert tf_config_too_large(JobRef("mnist", "ml", "u"), spec.tensorflow) is None
+    ours = parse_spec(mwms_job("mnist", 5000)["spec"]).tensorflow
+    assert ours is not None and tf_config_too_large(JobRef("mnist", "ml", "u"), ours)
+
+
+def test_an_elastic_jobs_max_replicas_stored_before_the_bound_is_read_as_the_bound() -> None:
+    """A running job whose maxReplicas meant "no bound" is not failed by the new operator."""
+    manifest = gloo_job("hvd", workers=2)
+    manifest["spec"]["mpi"]["elastic"] = {"minReplicas": 1, "maxReplicas": 100_000}
+    manifest["spec"]["mpi"].pop("bootstrap")
+    manifest["spec"]["mpi"]["launcher"] = {"replicas": 1, "template": {"spec": {"containers": [
+        {"name": "l", "image": "x", "command": ["mpirun"]}]}}}
+    spec = parse_spec(manifest["spec"])
+    assert spec.mpi is not None and spec.mpi.elastic is not None and spec.mpi.elastic.max_replicas == MAX_REPLICAS

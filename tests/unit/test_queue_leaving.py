@@ -126,3 +126,27 @@ def test_a_running_job_that_lost_its_label_keeps_its_workload_until_its_pods_are
         await step(h)
         assert not h.kube.pods() and not kueue_workloads(h.kube)
     run(scenario)
+
+
+def test_a_job_that_left_its_queue_still_gives_way_to_a_kueue_eviction() -> None:
+    """Without the policy (or suspended, unlabelled and resumed under it), a running job without
+    its label is evicted by Kueue: its pods go (after the checkpoint hold) and the Workload's quota
+    goes back; before, the eviction was ignored and the preemptor waited until the job ended
+    (the review of issue 43: `end: phase Running pods 2 reserved [...]`)."""
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2, checkpointGraceSeconds=GRACE))
+        workload = await running_in_queue(h)
+        h.body["status"] = copy.deepcopy(h.status())
+        h.body["metadata"]["labels"] = {}
+        await step(h)
+        kueue_says(workload, ("Evicted", "Preempted"))
+        h.clock.advance(GRACE + 1)
+        for _ in range(3):
+            h.body["status"] = copy.deepcopy(h.status())
+            await step(h)
+        assert not reserved(h), "the preemptor gets the quota"
+        assert not kueue_workloads(h.kube), "and the Workload of a job that left its queue is deleted"
+        h.body["status"] = copy.deepcopy(h.status())
+        await step(h)
+        assert h.status()["phase"] in ("Pending", "Running"), h.status()
+    run(scenario)

@@ -178,14 +178,15 @@ def parse_elastic(raw: Mapping[str, Any] | None, workers: int) -> Elastic | None
         return None
     elastic = Elastic(
         min_replicas=int(raw.get("minReplicas", 1)),
-        max_replicas=int(raw.get("maxReplicas", workers)),
+        # Past the CRD's maximum only in a job stored before it said so, where it meant "no bound".
+        max_replicas=min(int(raw.get("maxReplicas", workers)), MAX_REPLICAS),
         scale_down_delay_seconds=int(raw.get("scaleDownDelaySeconds", defaults.ELASTIC_SCALE_DOWN_DELAY_SECONDS)),
         below_min_grace_seconds=int(raw.get("belowMinGraceSeconds", defaults.ELASTIC_BELOW_MIN_GRACE_SECONDS)),
     )
     # The CRD's rule says the same at `kubectl apply`; here for `disttrain render`.
-    if not 1 <= elastic.min_replicas <= workers <= elastic.max_replicas <= MAX_REPLICAS:
+    if not 1 <= elastic.min_replicas <= workers <= elastic.max_replicas:
         raise SpecError("spec.mpi.elastic", f"needs 1 <= minReplicas ({elastic.min_replicas}) <= worker.replicas "
-                        f"({workers}) <= maxReplicas ({elastic.max_replicas}) <= {MAX_REPLICAS}")
+                        f"({workers}) <= maxReplicas ({elastic.max_replicas})")
     return elastic
 
 

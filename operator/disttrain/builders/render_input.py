@@ -19,10 +19,20 @@ class RenderRefused(Exception):
         self.lines = lines
 
 
+class _JSONTypesLoader(yaml.SafeLoader):
+    """YAML as `kubectl` reads it: an unquoted date stays a string (PyYAML's timestamp type would be
+    refused by the schema check as no string: `value: 2020-01-01` is accepted by `kubectl apply`)."""
+
+
+_JSONTypesLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def documents(text: str) -> list[Any]:
     """The file's documents, a List's items in its place."""
     try:
-        loaded = list(yaml.safe_load_all(text))
+        loaded = list(yaml.load_all(text, Loader=_JSONTypesLoader))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

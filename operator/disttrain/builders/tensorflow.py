@@ -7,6 +7,7 @@ in the template wins.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from disttrain.api.constants import TF_CONFIG_ENV
@@ -48,6 +49,8 @@ def tf_config_too_large(job: JobRef, tf: TensorFlowSpec) -> str | None:
     """Why no pod of this job could start, if its TF_CONFIG can't be a process's environment
     variable: it lists every member of the cluster by a name that holds the job's name and its
     namespace, so the bound depends on both (the CRD's rules can't see the namespace)."""
+    if all(_sets_tf_config(r.template) for r in tf.replicas.values()):
+        return None  # a TF_CONFIG of the user's own in every container wins over ours (pods.with_env)
     members = sum(r.replicas for t, r in tf.replicas.items() if t in CLUSTER_MEMBER_TYPES)
     # Each member's entry is `"<job>-<type>-<i>.<job>.<ns>.svc:<port>",`: under 2 x the job's name,
     # the namespace and 40 more; most jobs are decided without building the cluster.
@@ -63,6 +66,12 @@ def tf_config_too_large(job: JobRef, tf: TensorFlowSpec) -> str | None:
             f"{size:,} bytes, and a process's environment variable holds at most {MAX_ENV_BYTES:,} (Linux's "
             f"MAX_ARG_STRLEN): no pod of this job could start. About {fit} members fit with this job's name "
             f"and namespace")
+
+
+def _sets_tf_config(template: Mapping[str, Any]) -> bool:
+    containers = (template.get("spec") or {}).get("containers") or []
+    return bool(containers) and all(any(isinstance(e, Mapping) and e.get("name") == TF_CONFIG_ENV
+                                        for e in c.get("env") or []) for c in containers if isinstance(c, Mapping))
 
 
 def pod_env(job: JobRef, tf: TensorFlowSpec, key: PodKey) -> dict[str, str]:

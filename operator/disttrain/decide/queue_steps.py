@@ -37,6 +37,9 @@ def _hold_in_queue(p: Pass) -> bool:
     if state is None:
         return False
     if state.leaving:
+        workload = p.workload
+        if workload is not None and workload.true("Evicted") and any(pod.active or pod.terminating for pod in p.own):
+            return evicted(p, workload)  # Kueue's eviction stands whatever the label says: the preemptor waits on it
         leave(p)
         return False  # its pods (or none) go on as for any job; the Workload follows them until they end
     if state.prebuilt is not None and not adopted(p, state.prebuilt):
@@ -262,11 +265,15 @@ def leave(p: Pass) -> None:
     if workload is None or any(pod.active or pod.terminating for pod in p.own):
         return
     assert p.job.queue is not None
+    queue = p.job.queue.queue
     p.plan.workload.append(WorkloadOp("delete", workload.name, uid=workload.uid))
-    p.plan.events.append(Event("Normal", Reason.LEFT_QUEUE, f"left LocalQueue {p.job.queue.queue} (its "
+    p.plan.events.append(Event("Normal", Reason.LEFT_QUEUE, f"left LocalQueue {queue} (its "
                                f"{queueing.QUEUE_LABEL} label removed): Workload {workload.name} is deleted"))
     p.job = dataclasses.replace(p.job, queue=None)  # the rest of the pass: a job outside Kueue
-    if p.phase is not Phase.SUSPENDED:
+    if p.phase is Phase.QUEUED:  # evicted, or never admitted: it starts now, its deadline from now
+        p.move(Phase.PENDING, Reason.LEFT_QUEUE, f"left LocalQueue {queue}: starting without Kueue")
+        p.plan.status["startTime"] = timestamp(p.now)
+    elif p.phase is not Phase.SUSPENDED:
         p.plan.status.setdefault("startTime", timestamp(p.now))  # as for a job never queued (resume_if_suspended)
 
 

@@ -21,7 +21,7 @@ def bounded(kind: type[int] | type[float], low: float, high: float = math.inf,
             raise argparse.ArgumentTypeError(f"{text!r}: not {'a whole number' if kind is int else 'a number'}") \
                 from None
         # `not (...)`: nan fails every comparison, and is refused with the rest.
-        if not ((value > low if above else value >= low) and value <= high):
+        if not ((value > low if above else value >= low) and value <= high and math.isfinite(value)):
             upper = "" if high == math.inf else f" and at most {high:g}"
             raise argparse.ArgumentTypeError(f"{text}: must be {'more than' if above else 'at least'} {low:g}{upper}")
         return value
