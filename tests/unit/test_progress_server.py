@@ -33,10 +33,20 @@ def token(pod_uid: str, audience: str = AUDIENCE, expires_in: float = 3600) -> s
 
 
 class Reviewer:
-    """A TokenReview that knows the tokens `token()` makes for the pods in PODS."""
+    """A TokenReview that knows the tokens `token()` makes for the pods in PODS; and the API server's
+    issuer discovery, which an older cluster (or missing RBAC) doesn't serve: `discovery`, by path
+    (tests/unit/test_progress_tokens.py serves a signing key's)."""
 
-    def __init__(self) -> None:
-        self.reviews = 0
+    def __init__(self, discovery: dict[str, Any] | None = None) -> None:
+        self.reviews, self.reads, self.discovery = 0, 0, discovery
+
+    async def read(self, url_path: str) -> Any:
+        from disttrain.apiserver.rest import ApiError
+
+        self.reads += 1
+        if self.discovery is None or url_path not in self.discovery:
+            raise ApiError(404, "Not Found")
+        return self.discovery[url_path]
 
     async def token_review(self, token: str, audiences: list[str]) -> dict[str, Any]:
         self.reviews += 1

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from disttrain.api.observed import ObservedPod
 from disttrain.api.progress import ReportError, Role, parse_report
 from disttrain.control.progress_book import ProgressBook
-from disttrain.watch.progress_server import Identity, JobKey, Refused
+from disttrain.watch.progress_link import Identity, JobKey, Refused
 
 log = logging.getLogger(__name__)
 

@@ -38,6 +38,14 @@ STATS_EVERY = 1.0  # seconds between the counts sent to the controller (its /met
 QUIET_SECONDS = 10.0  # one log line per kind of loop error in this long: a flood is not a log flood
 
 
+class ApiServer(Kube):
+    """The endpoint's API server: TokenReview, and a GET of the issuer's keys (progress_keys.py)
+    through the same client and credentials."""
+
+    async def read(self, url_path: str) -> Any:
+        return await self.rest.request("GET", url_path)
+
+
 def bound_memory(mib: int) -> None:
     """RLIMIT_DATA counts the process's writable private mappings, not only what is resident: each
     thread's stack (asyncio's resolver threads) and each malloc arena count whole. A forged-token
@@ -89,7 +97,7 @@ async def serve(link_fd: int, listen_fd: int) -> None:
     await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     if not first.done():
         return  # the controller went before it sent a certificate
-    server = ProgressServer(Kube(Rest(credentials.login)), link)
+    server = ProgressServer(ApiServer(Rest(credentials.login)), link)
     runner = web.AppRunner(server.app(), access_log=None, keepalive_timeout=KEEPALIVE, max_headers=32,
                            max_field_size=MAX_TOKEN + 64, max_line_size=1024, handler_cancellation=True)
     await runner.setup()

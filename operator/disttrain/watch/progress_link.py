@@ -19,14 +19,36 @@ import asyncio
 import itertools
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
-
-from disttrain.watch.progress_server import Identity, JobKey, Refused
 
 MAX_LINE = 64 * 1024  # a report is at most 16 KiB; its JSON inside a line at most ~6x that in escapes
 MAX_PENDING = 64
 ANSWER_TIMEOUT = 5.0
 BUSY = "the operator is busy: try again shortly"
+
+
+JobKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The pod a reviewed token is bound to; `until` (monotonic) its review stands."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    until: float
+
+
+class Refused(Exception):
+    """A report's answer other than 202, on either side of the link."""
+
+    def __init__(self, status: int, result: str, message: str, retry_after: float | None = None,
+                 throttled: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.result, self.message, self.retry_after = status, result, message, retry_after
+        self.throttled = throttled  # the digest of a token over its rate
 
 
 class LinkError(Exception):

@@ -45,17 +45,17 @@ import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
 
 from disttrain.api.constants import GROUP, PLURAL, VERSION
 from disttrain.api.progress import AUDIENCE, ReportError, parse_report
+from disttrain.watch.progress_keys import IssuerKeys, TokenRefused
 from disttrain.watch.progress_limits import Bucket, Lru
+from disttrain.watch.progress_link import Identity, JobKey, Refused
 
 log = logging.getLogger(__name__)
-JobKey = tuple[str, str]
 RATE, BURST = 2.0, 10.0  # reports a second per token, sustained and at once
 REVIEWS_PER_SECOND, REVIEW_BURST = 20.0, 50.0  # new tokens reviewed, in all, from sources never refused
 SUSPECT_REVIEWS_PER_SECOND, SUSPECT_REVIEW_BURST = 5.0, 10.0  # in all, from sources refused lately
@@ -76,15 +76,11 @@ NEEDS_TOKEN = (f"a bearer token for audience {AUDIENCE} is needed: the pod's pro
 
 
 class TokenReviewer(Protocol):
+    """The API server: its TokenReview, and a GET of its issuer's keys (progress_keys.py)."""
+
     async def token_review(self, token: str, audiences: list[str]) -> dict[str, Any]: ...
 
-
-@dataclass(frozen=True)
-class Identity:
-    namespace: str
-    pod: str
-    pod_uid: str
-    until: float  # monotonic
+    async def read(self, url_path: str) -> Any: ...
 
 
 class Desk(Protocol):
@@ -92,14 +88,6 @@ class Desk(Protocol):
     progress_desk.py, in-process in tests, over progress_link.py in the endpoint's process."""
 
     async def submit(self, identity: Identity, job: JobKey, report: dict[str, Any]) -> str: ...
-
-
-class Refused(Exception):
-    def __init__(self, status: int, result: str, message: str, retry_after: float | None = None,
-                 throttled: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.result, self.message, self.retry_after = status, result, message, retry_after
-        self.throttled = throttled  # the digest of a token over its rate
 
 
 class ProgressServer:
@@ -116,6 +104,7 @@ class ProgressServer:
         self.reviewing: Counter[str] = Counter()  # reviews in flight, by source address
         self.reviews = Bucket(REVIEWS_PER_SECOND, REVIEW_BURST, clock())
         self.suspect_reviews = Bucket(SUSPECT_REVIEWS_PER_SECOND, SUSPECT_REVIEW_BURST, clock())
+        self.keys = IssuerKeys(reviewer.read, clock)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY)
@@ -189,9 +178,7 @@ class ProgressServer:
             return known
         if (refusal := self.refused.get(digest)) is not None and refusal[0] > now:
             raise Refused(401, "unauthenticated", refusal[1])
-        expires = unverified_expiry(token)  # garbage never reaches the API server
-        if expires is None:
-            raise Refused(401, "unauthenticated", NEEDS_TOKEN)
+        expires = await self._expiry(token, digest, now)
         budget = self.sources.get(source) or Bucket(SOURCE_REVIEWS_PER_SECOND, SOURCE_REVIEW_BURST, now)
         self.sources.put(source, budget)
         suspect = self.suspects.get(source, 0.0) > now  # a token from it was refused lately
@@ -218,6 +205,23 @@ class ProgressServer:
                 del self.reviewing[source]
         self.identities.put(digest, identity)
         return identity
+
+
+    async def _expiry(self, token: str, digest: str, now: float) -> float:
+        """The token's expiry once its signature is checked (progress_keys.py): a forged one is
+        refused here, costing its source no review and no budget. Where the issuer's keys can't be
+        read, the unverified expiry of a token for our audience (garbage never reaches the API server)."""
+        try:
+            expires = await self.keys.check(token)
+        except TokenRefused as refused:
+            if refused.retry_after is not None:
+                raise Refused(503, "unavailable", refused.message, refused.retry_after) from refused
+            self.refused.put(digest, (now + REFUSED_TTL, refused.message))
+            raise Refused(401, "unauthenticated", refused.message) from refused
+        expires = unverified_expiry(token) if expires is None else expires
+        if expires is None:
+            raise Refused(401, "unauthenticated", NEEDS_TOKEN)
+        return expires
 
 
 def closing(response: web.Response) -> web.Response:
