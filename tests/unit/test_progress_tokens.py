@@ -13,9 +13,9 @@ import aiohttp
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from test_progress_hardening import _close, _endpoint, _post, forged
-from test_progress_server import Reviewer, token
+from test_progress_server import PODS, Reviewer, token
 
-from disttrain.watch import progress_keys
+from disttrain.watch import progress_keys, progress_server
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONFIGURATION, JWKS = "/.well-known/openid-configuration", "/openid/v1/jwks"
@@ -138,3 +138,50 @@ def test_without_the_issuers_keys_tokens_are_reviewed_as_before_and_it_is_said_o
     asyncio.run(main())
     said = [r.getMessage() for r in caplog.records if "issuer's keys" in r.getMessage()]
     assert len(said) == 1 and "reviewed by the API server alone" in said[0]
+
+
+def test_valid_tokens_of_pods_that_dont_report_leave_another_tenants_first_report_accepted(monkeypatch: Any) -> None:
+    """A user mints pod-bound tokens for ten of their own pods, none a job's reporter, and posts new
+    ones from each: every review succeeds and the desk answers 403, so no address was ever a suspect
+    and they drained the shared review budget; another tenant's reporter then got 503. A reviewed
+    token that isn't a reporter's now counts as a refusal of its address."""
+    for n in range(10):
+        monkeypatch.setitem(PODS, f"uid-n{n}", (("ml", "mnist"), f"mnist-worker-{n + 2}", n + 2))
+
+    async def main() -> None:
+        reviewer = Reviewer()
+        _, listener, runner, url = await _endpoint(reviewer, clock=lambda: 1000.0)
+        try:
+            async def from_pod(n: int) -> list[int]:
+                connector = aiohttp.TCPConnector(local_addr=(f"127.0.0.{n + 2}", 0), limit=1)
+                async with aiohttp.ClientSession(connector=connector) as session:
+                    return [await _post(session, url, token(f"uid-n{n}", expires_in=3600 + i), b'{"epoch": 1}')
+                            for i in range(12)]
+            answers = [a for each in await asyncio.gather(*(from_pod(n) for n in range(10))) for a in each]
+            assert set(answers) <= {403, 503} and answers.count(403) == reviewer.reviews
+            async with aiohttp.ClientSession() as session:  # from 127.0.0.1
+                assert await _post(session, url, token("uid-w0"), b'{"epoch": 1}') == 202
+        finally:
+            await _close(listener, runner)
+    asyncio.run(main())
+
+
+def test_a_cached_review_is_extended_while_reports_keep_coming() -> None:
+    """A reporter's review stood REVIEW_TTL from when it was made; past that, a report needed a new
+    review, which a drained budget turns into 503 (a checkpoint's confirmation, inside its 10 s
+    window, was lost so). Each report now extends it, to the token's expiry at most."""
+    clock = [1000.0]
+
+    async def main() -> None:
+        reviewer = Reviewer()
+        _, listener, runner, url = await _endpoint(reviewer, clock=lambda: clock[0])
+        bearer = token("uid-w0", expires_in=7200)
+        try:
+            async with aiohttp.ClientSession() as session:
+                for _ in range(4):
+                    assert await _post(session, url, bearer, b'{"epoch": 1}') == 202
+                    clock[0] += progress_server.REVIEW_TTL * 0.6
+            assert reviewer.reviews == 1
+        finally:
+            await _close(listener, runner)
+    asyncio.run(main())

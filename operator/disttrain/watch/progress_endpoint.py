@@ -29,9 +29,10 @@ from disttrain.apiserver import credentials
 from disttrain.apiserver.kube import Kube
 from disttrain.apiserver.rest import Rest
 from disttrain.runtime.serving_cert import ServingCert
+from disttrain.watch.progress_checks import MAX_TOKEN
 from disttrain.watch.progress_link import MAX_LINE, EndpointSide
 from disttrain.watch.progress_listener import KEEPALIVE, Listener
-from disttrain.watch.progress_server import MAX_TOKEN, ProgressServer
+from disttrain.watch.progress_server import ProgressServer
 
 log = logging.getLogger("disttrain.progress")
 STATS_EVERY = 1.0  # seconds between the counts sent to the controller (its /metrics shows them)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,12 +34,14 @@ JobKey = tuple[str, str]
 
 @dataclass(frozen=True)
 class Identity:
-    """The pod a reviewed token is bound to; `until` (monotonic) its review stands."""
+    """The pod a reviewed token is bound to; `until` (monotonic) its review stands, `expires` the
+    token does (the endpoint's own: neither goes over the link)."""
 
     namespace: str
     pod: str
     pod_uid: str
     until: float
+    expires: float = math.inf
 
 
 class Refused(Exception):

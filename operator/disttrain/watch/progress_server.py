@@ -18,13 +18,16 @@ reviewed token. Each answer is counted by result (`disttrain_progress_reports_to
 
 The threat model (docs/api.md, "The progress endpoint"): any pod that reaches the port, with no
 credentials, sends anything. So a token is limited to RATE reports a second (BURST at once) before
-anything else is done with it; a token's review is cached until it expires, a refused one is
-remembered (REFUSED_TTL), costs its source REFUSAL_COST reviews of its budget and makes it a
-suspect for as long; new tokens are reviewed at most SOURCE_REVIEWS_PER_SECOND a second (and
-SOURCE_CONCURRENT_REVIEWS at once) from one source address, and in all REVIEWS_PER_SECOND from
-sources never refused plus SUSPECT_REVIEWS_PER_SECOND from suspects. Forged tokens, from however
-many pods, drain the suspects' budget after one refusal each, never the one a job's first report
-is reviewed from.
+anything else is done with it; its signature is checked against the issuer's keys
+(progress_keys.py), so a forged one is refused for nothing; a token's review is cached while
+reports keep coming (REVIEW_TTL past the last, never past its expiry); a refused one is remembered
+(REFUSED_TTL). A refusal by the API server costs its source REFUSAL_COST reviews of its budget and
+makes it a suspect for as long, as does a reviewed token whose pod doesn't report for the job it
+names (the desk's 403: anyone can mint pod-bound tokens for their own pods). New tokens are
+reviewed at most SOURCE_REVIEWS_PER_SECOND a second (and SOURCE_CONCURRENT_REVIEWS at once) from
+one source address, and in all REVIEWS_PER_SECOND from sources never refused plus
+SUSPECT_REVIEWS_PER_SECOND from suspects: others' tokens drain the suspects' budget after one
+refusal an address, never the one a job's first report is reviewed from.
 
 A throttled report's 429 is held back until its turn among the token's held reports would come
 at the token's rate (at most MAX_HOLD), as the API server's priority and fairness queues a flow's
@@ -36,21 +39,27 @@ at once.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import hashlib
-import json
 import logging
 import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from aiohttp import web
 
 from disttrain.api.constants import GROUP, PLURAL, VERSION
-from disttrain.api.progress import AUDIENCE, ReportError, parse_report
+from disttrain.api.progress import AUDIENCE
+from disttrain.watch.progress_checks import (
+    MAX_BODY,
+    NEEDS_TOKEN,
+    bearer_token,
+    identity_of,
+    read_report,
+    unverified_expiry,
+)
 from disttrain.watch.progress_keys import IssuerKeys, TokenRefused
 from disttrain.watch.progress_limits import Bucket, Lru
 from disttrain.watch.progress_link import Identity, JobKey, Refused
@@ -63,16 +72,11 @@ SOURCE_REVIEWS_PER_SECOND, SOURCE_REVIEW_BURST = 5.0, 10.0  # new tokens reviewe
 SOURCE_CONCURRENT_REVIEWS = 1  # at once from one address: a forger is a suspect after its first refusal
 REFUSAL_COST = 5.0  # of its source's review budget, a token the API server refused
 REFUSED_TTL = 600.0  # seconds a refused token is answered 401 without a review
-MAX_BODY = 16 * 1024
-MAX_TOKEN = 8 * 1024  # a projected token is ~1 KB
 MAX_TOKENS = 10_000  # tokens (and sources) remembered; the least recently used go first
 REVIEW_TIMEOUT = 5.0  # seconds a TokenReview may take: within the listener's request deadline
 REVIEW_TTL = 600.0  # a cached review stands at most this long (and never past the token's expiry)
 MAX_HOLD = 1.0  # seconds a throttled report's answer is held at most
 HELD_PER_TOKEN, HELD_MAX = 64, 1024  # throttled answers held at once, for one token and in all
-POD_NAME, POD_UID = "authentication.kubernetes.io/pod-name", "authentication.kubernetes.io/pod-uid"
-NEEDS_TOKEN = (f"a bearer token for audience {AUDIENCE} is needed: the pod's projected token (its progress "
-               "volume's `token`)")
 
 
 class TokenReviewer(Protocol):
@@ -101,6 +105,7 @@ class ProgressServer:
         self.identities, self.refused, self.limits = Lru(MAX_TOKENS), Lru(MAX_TOKENS), Lru(MAX_TOKENS)
         self.sources = Lru(MAX_TOKENS)  # review budgets by source address
         self.suspects = Lru(MAX_TOKENS)  # source address -> until when its tokens share the suspects' budget
+        self.not_reporters = Lru(MAX_TOKENS)  # digests of reviewed tokens the desk refused (403)
         self.reviewing: Counter[str] = Counter()  # reviews in flight, by source address
         self.reviews = Bucket(REVIEWS_PER_SECOND, REVIEW_BURST, clock())
         self.suspect_reviews = Bucket(SUSPECT_REVIEWS_PER_SECOND, SUSPECT_REVIEW_BURST, clock())
@@ -159,7 +164,22 @@ class ProgressServer:
         self._limit(digest)
         identity = await self._identify(token, digest, request.remote or "")
         report = await read_report(request)
-        return await self.desk.submit(identity, job, report)
+        try:
+            return await self.desk.submit(identity, job, report)
+        except Refused as refused:
+            # Not a reporter of this job: its review was spent for nothing, and minting pod-bound
+            # tokens for one's own pods is free. Its address pays as for a refused token, once a token.
+            if refused.status == 403 and self.not_reporters.get(digest) is None:
+                self.not_reporters.put(digest, True)
+                self._suspect(request.remote or "", self.clock())
+            raise
+
+    def _suspect(self, source: str, now: float) -> None:
+        """A refusal counts against its address: REFUSAL_COST of its review budget, and its new
+        tokens share the suspects' budget for REFUSED_TTL."""
+        if (budget := self.sources.get(source)) is not None:
+            budget.charge(REFUSAL_COST)
+        self.suspects.put(source, now + REFUSED_TTL)
 
     def _limit(self, digest: str) -> None:
         now = self.clock()
@@ -174,8 +194,9 @@ class ProgressServer:
         now = self.clock()
         known: Identity | None = self.identities.get(digest)
         if known is not None and known.until > now:
-            self.identities.move_to_end(digest)
-            return known
+            # Reports keep coming: the review stands REVIEW_TTL from the last (never past the token's
+            # expiry), so a reporter needs no new review, and no budget, in the middle of a checkpoint.
+            return self.identities.put(digest, replace(known, until=min(now + REVIEW_TTL, known.expires)))  # type: ignore[no-any-return]
         if (refusal := self.refused.get(digest)) is not None and refusal[0] > now:
             raise Refused(401, "unauthenticated", refusal[1])
         expires = await self._expiry(token, digest, now)
@@ -189,10 +210,10 @@ class ProgressServer:
         self.reviewing[source] += 1
         try:
             review = await asyncio.wait_for(self.reviewer.token_review(token, [AUDIENCE]), REVIEW_TIMEOUT)
-            identity = identity_of(review, now + min(REVIEW_TTL, max(0.0, expires - time.time())))
+            expires_at = now + max(0.0, expires - time.time())
+            identity = identity_of(review, min(now + REVIEW_TTL, expires_at), expires_at)
         except Refused as refused:
-            budget.charge(REFUSAL_COST)
-            self.suspects.put(source, now + REFUSED_TTL)
+            self._suspect(source, now)
             self.refused.put(digest, (now + REFUSED_TTL, refused.message))
             raise
         except Exception as err:  # the API server's trouble, or our credentials' (ApiError, timeouts, login)
@@ -229,62 +250,3 @@ def closing(response: web.Response) -> web.Response:
     KEEPALIVE), so refused requests can't hold the listener's connections by answering fast."""
     response.force_close()
     return response
-
-
-def identity_of(review: Any, until: float) -> Identity:
-    """The pod a TokenReview's answer names, or Refused."""
-    review = review if isinstance(review, dict) else {}
-    user = review["user"] if isinstance(review.get("user"), dict) else {}
-    extra = user["extra"] if isinstance(user.get("extra"), dict) else {}
-    username = str(user.get("username") or "")
-    if not review.get("authenticated") or AUDIENCE not in (review.get("audiences") or ()):
-        raise Refused(401, "unauthenticated", f"token refused: {str(review.get('error') or 'not authenticated')[:200]}")
-    names, uids = extra.get(POD_NAME), extra.get(POD_UID)
-    if not (names and uids and isinstance(names, list) and isinstance(uids, list)
-            and username.startswith("system:serviceaccount:") and username.count(":") == 3):
-        raise Refused(401, "unauthenticated", "the token is not bound to a pod: use the pod's projected token")
-    return Identity(username.split(":")[2], str(names[0]), str(uids[0]), until)
-
-
-async def read_report(request: web.Request) -> dict[str, Any]:
-    """The body as a report's JSON, checked (api/progress.py), or Refused: never an exception of
-    the parser's own (a 500)."""
-    if request.content_length is not None and request.content_length > MAX_BODY:
-        raise Refused(413, "invalid", f"a report is at most {MAX_BODY} bytes")
-    try:
-        body = json.loads(await request.read())
-        parse_report(body)
-    except web.HTTPRequestEntityTooLarge as err:
-        raise Refused(413, "invalid", f"a report is at most {MAX_BODY} bytes") from err
-    except (ValueError, ReportError, RecursionError, OverflowError) as err:  # UnicodeDecodeError is a ValueError
-        raise Refused(400, "invalid", f"invalid report: {str(err)[:300]}") from err
-    return body  # type: ignore[no-any-return]  # parse_report said it is an object
-
-
-def bearer_token(header: str) -> str:
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip() or len(token) > MAX_TOKEN or not token.isascii():
-        raise Refused(401, "unauthenticated", NEEDS_TOKEN)
-    return token.strip()
-
-
-def unverified_expiry(token: str) -> float | None:
-    """The `exp` of a token shaped like a JWT for our audience, read without checking its
-    signature (the TokenReview does that): a way to turn garbage away for nothing. Anything else
-    (not three parts, a payload that is no JSON object, an `exp` that is no finite number) is None."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-        if not isinstance(claims, dict):
-            return None
-        audiences, expires = claims.get("aud"), claims.get("exp")
-        if isinstance(expires, bool) or not isinstance(expires, int | float):
-            return None
-        expires = float(expires)
-    except (ValueError, binascii.Error, RecursionError, OverflowError):
-        return None
-    if AUDIENCE not in (audiences if isinstance(audiences, list) else [audiences]):
-        return None
-    return expires if math.isfinite(expires) and expires > time.time() else None
