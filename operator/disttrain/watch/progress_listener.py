@@ -42,7 +42,7 @@ class Tracked(asyncio.Protocol):
         self.listener, self.source, self.inner = listener, source, inner
         self.since = listener.clock()
         self.transport: asyncio.BaseTransport | None = None
-        self.sock: socket.socket | None = None  # until the handshake is done: what to close to end it
+        self.serving: asyncio.Task[None] | None = None  # until the handshake is done: what to cancel to end it
         self.released = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -90,9 +90,9 @@ class Listener:
         return int(self._sock.getsockname()[1])
 
     async def stop(self) -> None:
-        for task in self.tasks:
+        for task in [*self.tasks, *self._serving]:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks, *self._serving, return_exceptions=True)
         if self._sock is not None:
             self._sock.close()
         for tracked in list(self.open):
@@ -132,10 +132,9 @@ class Listener:
                 conn.close()
                 continue
             tracked = Tracked(self, source, self.protocol())
-            tracked.sock = conn
             self.open.add(tracked)
             self.per_source[source] += 1
-            serving = loop.create_task(self._serve(conn, tracked))
+            serving = tracked.serving = loop.create_task(self._serve(conn, tracked))
             self._serving.add(serving)  # held: the loop keeps only a weak reference to a task
             serving.add_done_callback(self._serving.discard)
 
@@ -170,8 +169,12 @@ class Listener:
     def close(self, tracked: Tracked) -> None:
         if tracked.transport is not None:
             tracked.transport.abort()  # type: ignore[attr-defined]
-        elif tracked.sock is not None:
-            tracked.sock.close()  # mid-handshake: its connect_accepted_socket fails and is released
+        elif tracked.serving is not None:
+            # Mid-handshake, through the loop: cancelled, connect_accepted_socket closes its transport,
+            # which leaves the selector, then _serve closes the socket. Closing the socket here left
+            # its fd in the selector under a live transport, and the next connection accepted on that
+            # fd hung for the handshake's 5 s, then was reset (issue 43, item 3).
+            tracked.serving.cancel()
         self.release(tracked)
 
 
