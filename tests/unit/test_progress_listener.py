@@ -99,3 +99,26 @@ def test_evicting_a_connection_mid_handshake_leaves_the_newcomer_served(monkeypa
             await listener.stop()
             await runner.cleanup()
     asyncio.run(main())
+
+
+def test_connections_from_one_address_past_its_accept_rate_are_closed_before_a_handshake(monkeypatch: Any) -> None:
+    """Each TLS handshake costs the endpoint ~0.6 ms of CPU, and any labelled pod could open them as
+    fast as it liked (1,700 a second throttled reconciling, which shares the container's CPU limit).
+    Past ACCEPT_BURST (then ACCEPTS_PER_SECOND) from one address a connection is closed at once."""
+    monkeypatch.setattr(progress_listener, "ACCEPT_BURST", 3.0)
+    context = self_signed_context()
+
+    async def main() -> None:
+        listener, runner, port = await tls_endpoint(context)
+        listener.clock = lambda: 1000.0  # no refill
+        try:
+            opened = [socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0)) for _ in range(8)]
+            other = socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.3", 0))
+            await asyncio.sleep(0.3)
+            assert (len(listener.open), listener.refused) == (4, 5), "3 from .2, then refused; .3's its own"
+            for sock in [*opened, other]:
+                sock.close()
+        finally:
+            await listener.stop()
+            await runner.cleanup()
+    asyncio.run(main())

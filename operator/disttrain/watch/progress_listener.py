@@ -6,7 +6,10 @@ holds a 256 KiB buffer per connection from its first byte. 3,000 connections tha
 request line and waited grew the operator from 51 to 897 MB (issue 31). So this listener accepts
 itself, and:
 
-- refuses at once (closes) a connection past MAX_PER_SOURCE from one address; past MAX_CONNECTIONS
+- refuses at once (closes) a connection past ACCEPTS_PER_SECOND (ACCEPT_BURST at once) from one
+  address, before its TLS handshake: a handshake costs ~0.6 ms of CPU, and 1,700 a second from a few
+  pods throttled reconciling, which shares the container's CPU limit (issue 43);
+- refuses at once a connection past MAX_PER_SOURCE from one address; past MAX_CONNECTIONS
   in all, the oldest connection of the address holding the most goes to make room for an address
   holding fewer (else the newcomer is refused): the worst a flood holds is MAX_CONNECTIONS buffers
   (64 MiB at 256), and a few addresses can't keep the rest out;
@@ -27,8 +30,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from disttrain.watch.progress_limits import Bucket, Lru
+
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS, MAX_PER_SOURCE = 256, 32
+# A reporter opens a connection per report, a report every 0.5 s at most a token; an address behind
+# a NAT or an ingress (a MultiKueue worker cluster) carries several reporters.
+ACCEPTS_PER_SECOND, ACCEPT_BURST = 20.0, 40.0
+MAX_SOURCES = 10_000  # addresses whose accept rate is remembered; the least recently seen go first
 HANDSHAKE_TIMEOUT = 5.0
 REQUEST_DEADLINE = 10.0
 KEEPALIVE = 1.0
@@ -74,6 +83,7 @@ class Listener:
         self.open: set[Tracked] = set()
         self.per_source: Counter[str] = Counter()
         self.by_transport: dict[int, Tracked] = {}
+        self.accepts = Lru(MAX_SOURCES)  # accept-rate buckets by address
         # Connections closed at once, past their deadline, and to make room for another address's.
         self.refused = self.expired = self.evicted = 0
         self._sock: socket.socket | None = None
@@ -126,8 +136,8 @@ class Listener:
                 await asyncio.sleep(0.1)
                 continue
             source = str(address[0])
-            if self.per_source[source] >= MAX_PER_SOURCE or (len(self.open) >= MAX_CONNECTIONS
-                                                             and not self._make_room(source)):
+            if self._too_fast(source) or self.per_source[source] >= MAX_PER_SOURCE or (
+                    len(self.open) >= MAX_CONNECTIONS and not self._make_room(source)):
                 self.refused += 1
                 conn.close()
                 continue
@@ -137,6 +147,12 @@ class Listener:
             serving = tracked.serving = loop.create_task(self._serve(conn, tracked))
             self._serving.add(serving)  # held: the loop keeps only a weak reference to a task
             serving.add_done_callback(self._serving.discard)
+
+    def _too_fast(self, source: str) -> bool:
+        now = self.clock()
+        bucket = self.accepts.get(source) or Bucket(ACCEPTS_PER_SECOND, ACCEPT_BURST, now)
+        self.accepts.put(source, bucket)
+        return bucket.take(now) > 0
 
     def _make_room(self, source: str) -> bool:
         """All connections are held: the oldest of the address holding the most goes, if it holds
