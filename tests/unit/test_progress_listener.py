@@ -96,6 +96,9 @@ def test_evicting_a_connection_mid_handshake_leaves_the_newcomer_served(monkeypa
                 sock.close()
             for fd in taken:
                 os.close(fd)
+            for each in clients:  # those a failure left waiting for their signal
+                each.kill()
+                each.wait()
             await listener.stop()
             await runner.cleanup()
     asyncio.run(main())

@@ -47,7 +47,9 @@ class ApiServer(Kube):
     through the same client and credentials."""
 
     async def read(self, url_path: str) -> Any:
-        return await self.rest.request("GET", url_path)
+        # The API server serves the keys as application/jwk-set+json, and answers 406 to a request
+        # that accepts only application/json (the local plane's audit log, v1.37.2).
+        return await self.rest.request("GET", url_path, accept="application/jwk-set+json, application/json")
 
 
 def bound_memory(mib: int) -> None:
