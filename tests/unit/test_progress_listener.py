@@ -18,10 +18,10 @@ from test_progress_hardening import self_signed_context
 from test_progress_server import URL, Pods, Reviewer, role_of
 
 from disttrain.control.progress_book import ProgressBook
-from disttrain.watch import progress_listener
-from disttrain.watch.progress_desk import ProgressDesk
-from disttrain.watch.progress_listener import Listener, bind
-from disttrain.watch.progress_server import ProgressServer
+from disttrain.control.progress_desk import ProgressDesk
+from disttrain.endpoint import listener as progress_listener
+from disttrain.endpoint.listener import Listener, bind
+from disttrain.endpoint.server import ProgressServer
 
 
 async def tls_endpoint(context: Any) -> tuple[Listener, web.AppRunner, int]:

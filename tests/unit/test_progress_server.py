@@ -1,4 +1,4 @@
-"""The progress endpoint (watch/progress_server.py) against a scripted TokenReview: who may report
+"""The progress endpoint (endpoint/server.py) against a scripted TokenReview: who may report
 for which job, every refusal's code and words, the limits, and what reaches the book. The real
 API server's TokenReview and pod-bound tokens: tests/integration/test_progress_reports.py."""
 
@@ -16,9 +16,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from disttrain.api.observed import ObservedPod
 from disttrain.api.progress import AUDIENCE, Role
 from disttrain.control.progress_book import ProgressBook
-from disttrain.watch import progress_server
-from disttrain.watch.progress_desk import ProgressDesk
-from disttrain.watch.progress_server import BURST, ProgressServer
+from disttrain.control.progress_desk import ProgressDesk
+from disttrain.endpoint import server as progress_server
+from disttrain.endpoint.server import BURST, ProgressServer
 
 JOB_UID = "job-uid"
 PODS = {"uid-w0": (("ml", "mnist"), "mnist-worker-0", 0), "uid-w1": (("ml", "mnist"), "mnist-worker-1", 1),

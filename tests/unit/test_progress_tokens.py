@@ -15,7 +15,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from test_progress_hardening import _close, _endpoint, _post, forged
 from test_progress_server import PODS, Reviewer, token
 
-from disttrain.watch import progress_keys, progress_listener, progress_server
+from disttrain.endpoint import keys as progress_keys
+from disttrain.endpoint import listener as progress_listener
+from disttrain.endpoint import server as progress_server
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONFIGURATION, JWKS = "/.well-known/openid-configuration", "/openid/v1/jwks"

@@ -72,7 +72,7 @@ class Controller:
         self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
         self.uids: dict[JobKey, str] = {}
         self.statuses = StatusWriter(kube, self.clock, progress_interval)
-        # Training progress the pods report (watch/progress_server.py), and where they report to.
+        # Training progress the pods report (endpoint/server.py), and where they report to.
         self.report_to = report_to
         self.progress = ProgressBook(wake=lambda key: self.queue.add_after(key, self.statuses.progress_due(key)),
                                      wake_now=self.queue.add)

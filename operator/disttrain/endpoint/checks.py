@@ -1,5 +1,5 @@
 """What a report's request carries, checked before and after its token's review: the bearer token,
-its expiry unverified (where the issuer's keys can't be read, progress_keys.py), the pod a review
+its expiry unverified (where the issuer's keys can't be read, endpoint/keys.py), the pod a review
 names, and the body as a report. Each says no with Refused, never an exception of a parser's own."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from disttrain.api.progress import AUDIENCE, ReportError, parse_report
-from disttrain.watch.progress_link import Identity, Refused
+from disttrain.runtime.progress_link import Identity, Refused
 
 MAX_BODY = 16 * 1024
 MAX_TOKEN = 8 * 1024  # a projected token is ~1 KB

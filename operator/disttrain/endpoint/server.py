@@ -1,5 +1,5 @@
 """Where training progress comes in: the HTTPS endpoint the jobs' pods report to, run in a process
-of its own (progress_endpoint.py) so that nothing a pod sends can cost the controller memory or
+of its own (endpoint/__main__.py) so that nothing a pod sends can cost the controller memory or
 time.
 
     POST /apis/disttrain.dev/v1/namespaces/<ns>/disttrainjobs/<job>/progress
@@ -8,8 +8,8 @@ time.
 
 Who reports is the token's: the API server's TokenReview says the token is good for our audience
 and names the pod it is bound to (`authentication.kubernetes.io/pod-name`, `-uid` in its extra).
-Whose pod that is and whether it reports for its job is the controller's to say (progress_desk.py,
-asked over progress_link.py): this module only turns away what is not a well-formed report from a
+Whose pod that is and whether it reports for its job is the controller's to say (control/progress_desk.py,
+asked over runtime/progress_link.py): this module only turns away what is not a well-formed report from a
 reviewed token. Each answer is counted by result (`disttrain_progress_reports_total`):
 
     202 accepted | 400 invalid report | 401 no, malformed or refused token | 403 not this job's
@@ -19,7 +19,7 @@ reviewed token. Each answer is counted by result (`disttrain_progress_reports_to
 The threat model (docs/api.md, "The progress endpoint"): any pod that reaches the port, with no
 credentials, sends anything. So a token is limited to RATE reports a second (BURST at once) before
 anything else is done with it; its signature is checked against the issuer's keys
-(progress_keys.py), so a forged one is refused for nothing; a token's review is cached while
+(endpoint/keys.py), so a forged one is refused for nothing; a token's review is cached while
 reports keep coming (REVIEW_TTL past the last, never past its expiry); a refused one is remembered
 (REFUSED_TTL). A refusal by the API server costs its source REFUSAL_COST reviews of its budget and
 makes it a suspect for as long, as does a reviewed token whose pod doesn't report for the job it
@@ -52,7 +52,7 @@ from aiohttp import web
 
 from disttrain.api.constants import GROUP, PLURAL, VERSION
 from disttrain.api.progress import AUDIENCE
-from disttrain.watch.progress_checks import (
+from disttrain.endpoint.checks import (
     MAX_BODY,
     NEEDS_TOKEN,
     bearer_token,
@@ -60,9 +60,9 @@ from disttrain.watch.progress_checks import (
     read_report,
     unverified_expiry,
 )
-from disttrain.watch.progress_keys import IssuerKeys, TokenRefused
-from disttrain.watch.progress_limits import Bucket, Lru
-from disttrain.watch.progress_link import Identity, JobKey, Refused
+from disttrain.endpoint.keys import IssuerKeys, TokenRefused
+from disttrain.endpoint.limits import Bucket, Lru
+from disttrain.runtime.progress_link import Identity, JobKey, Refused
 
 log = logging.getLogger(__name__)
 RATE, BURST = 2.0, 10.0  # reports a second per token, sustained and at once
@@ -80,7 +80,7 @@ HELD_PER_TOKEN, HELD_MAX = 64, 1024  # throttled answers held at once, for one t
 
 
 class TokenReviewer(Protocol):
-    """The API server: its TokenReview, and a GET of its issuer's keys (progress_keys.py)."""
+    """The API server: its TokenReview, and a GET of its issuer's keys (endpoint/keys.py)."""
 
     async def token_review(self, token: str, audiences: list[str]) -> dict[str, Any]: ...
 
@@ -89,7 +89,7 @@ class TokenReviewer(Protocol):
 
 class Desk(Protocol):
     """Who decides whether a reviewed pod reports for a job, and records it: the controller's
-    progress_desk.py, in-process in tests, over progress_link.py in the endpoint's process."""
+    control/progress_desk.py, in-process in tests, over runtime/progress_link.py in the endpoint's process."""
 
     async def submit(self, identity: Identity, job: JobKey, report: dict[str, Any]) -> str: ...
 
@@ -229,7 +229,7 @@ class ProgressServer:
 
 
     async def _expiry(self, token: str, digest: str, now: float) -> float:
-        """The token's expiry once its signature is checked (progress_keys.py): a forged one is
+        """The token's expiry once its signature is checked (endpoint/keys.py): a forged one is
         refused here, costing its source no review and no budget. Where the issuer's keys can't be
         read, the unverified expiry of a token for our audience (garbage never reaches the API server)."""
         try:

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from disttrain.watch.progress_limits import Bucket, Lru
+from disttrain.endpoint.limits import Bucket, Lru
 
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS, MAX_PER_SOURCE = 256, 32

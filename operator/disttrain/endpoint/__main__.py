@@ -1,4 +1,4 @@
-"""The progress endpoint's own process: `python -m disttrain.watch.progress_endpoint --link-fd N
+"""The progress endpoint's own process: `python -m disttrain.endpoint --link-fd N
 --listen-fd M`, started and restarted by the controller (progress_supervisor.py), never by hand: it
 accepts on the socket the controller bound (and keeps, so a restart never loses the port).
 
@@ -6,7 +6,7 @@ Everything a pod sends lands here and nowhere else: TLS, HTTP, tokens, bodies, f
 has its own memory bound (RLIMIT_DATA, `--memory-mib`: past it an allocation fails here, and the
 controller's memory is untouched) and asks the kernel to pick it first should its container run
 out of memory anyway (oom_score_adj 1000). It talks to the controller only through the link
-(progress_link.py), and exits when the link closes: a controller that is gone leaves no endpoint.
+(runtime/progress_link.py), and exits when the link closes: a controller that is gone leaves no endpoint.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from aiohttp import web
 from disttrain.apiserver import credentials
 from disttrain.apiserver.kube import Kube
 from disttrain.apiserver.rest import Rest
+from disttrain.endpoint.checks import MAX_TOKEN
+from disttrain.endpoint.listener import KEEPALIVE, Listener
+from disttrain.endpoint.server import ProgressServer
+from disttrain.runtime.progress_link import MAX_LINE, EndpointSide
 from disttrain.runtime.serving_cert import ServingCert
-from disttrain.watch.progress_checks import MAX_TOKEN
-from disttrain.watch.progress_link import MAX_LINE, EndpointSide
-from disttrain.watch.progress_listener import KEEPALIVE, Listener
-from disttrain.watch.progress_server import ProgressServer
 
 log = logging.getLogger("disttrain.progress")
 STATS_EVERY = 1.0  # seconds between the counts sent to the controller (its /metrics shows them)
@@ -43,7 +43,7 @@ QUIET_SECONDS = 10.0  # one log line per kind of loop error in this long: a floo
 
 
 class ApiServer(Kube):
-    """The endpoint's API server: TokenReview, and a GET of the issuer's keys (progress_keys.py)
+    """The endpoint's API server: TokenReview, and a GET of the issuer's keys (endpoint/keys.py)
     through the same client and credentials."""
 
     async def read(self, url_path: str) -> Any:
@@ -163,7 +163,7 @@ def small_tls_buffers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="disttrain.watch.progress_endpoint")
+    parser = argparse.ArgumentParser(prog="disttrain.endpoint")
     parser.add_argument("--link-fd", type=int, required=True)
     parser.add_argument("--listen-fd", type=int, required=True)
     parser.add_argument("--memory-mib", type=int, default=384)

@@ -83,7 +83,7 @@ async def receive(reader: asyncio.StreamReader) -> dict[str, Any] | None:
 
 
 class EndpointSide:
-    """The endpoint's end: a Desk (progress_server.py) whose answers come from the controller."""
+    """The endpoint's end: a Desk (endpoint/server.py) whose answers come from the controller."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
@@ -121,7 +121,7 @@ class EndpointSide:
 
 
 class Desk(Protocol):
-    """What the controller's end asks (progress_desk.py's ProgressDesk): the accepted message, or Refused."""
+    """What the controller's end asks (control/progress_desk.py's ProgressDesk): the accepted message, or Refused."""
 
     def record(self, identity: Identity, job: JobKey, body: Any) -> str: ...
 
