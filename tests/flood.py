@@ -1,6 +1,8 @@
 """A connection flood against the progress endpoint, as any pod could send it (issue 31, item 1):
 N connections that finish the TLS handshake (or not: `--no-handshake`), send half a request line
-and wait. Bounded in count and time; only loopback or a test pod's own target is flooded.
+and wait; or (`--churn`) N at once that finish the handshake, close and start again, as fast as
+the endpoint takes them (a handshake flood: CPU, not memory). Bounded in count and time; only
+loopback or a test pod's own target is flooded.
 
     python tests/flood.py HOST PORT --connections 2500 --seconds 60 [--sources 127.0.0.2-50]
 
@@ -60,8 +62,24 @@ async def one(host: str, port: int, source: str | None, handshake: bool, until: 
         writer.transport.abort()
 
 
+async def churn(host: str, port: int, source: str | None, until: float, tally: dict[str, int]) -> None:
+    """TLS handshakes, one after another until `until`: each connection closed once made."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    while time.monotonic() < until:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(
+                host, port, ssl=context, local_addr=(source, 0) if source else None), 5)
+        except (OSError, TimeoutError, ssl.SSLError):
+            tally["failed"] += 1
+            await asyncio.sleep(0)
+            continue
+        tally["opened"] += 1
+        writer.transport.abort()
+
+
 async def flood(host: str, port: int, connections: int, seconds: float, spread: list[str | None],
-                handshake: bool) -> dict[str, int]:
+                handshake: bool, churning: bool = False) -> dict[str, int]:
     tally = {"opened": 0, "failed": 0, "closed": 0, "held": 0}
     launched = [0]
     until = time.monotonic() + seconds
@@ -72,7 +90,9 @@ async def flood(host: str, port: int, connections: int, seconds: float, spread: 
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, told_to_stop)
     tasks = []
     for n in range(connections):
-        tasks.append(asyncio.create_task(one(host, port, spread[n % len(spread)], handshake, until, tally)))
+        source = spread[n % len(spread)]
+        tasks.append(asyncio.create_task(churn(host, port, source, until, tally) if churning
+                                         else one(host, port, source, handshake, until, tally)))
         launched[0] += 1
         if n % 100 == 99:
             await asyncio.sleep(0.05)  # the accept backlog, not a flood of SYNs dropped
@@ -88,12 +108,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--sources", help="loopback source addresses, as 127.0.0.2-50")
     parser.add_argument("--no-handshake", action="store_true", help="bare TCP: never start TLS")
+    parser.add_argument("--churn", action="store_true",
+                        help="handshakes: each connection closed once made, and made again, until the end")
     args = parser.parse_args()
     assert args.connections <= 20_000 and args.seconds <= 600, "bounded: at most 20,000 connections, 10 minutes"
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     tally = asyncio.run(flood(args.host, args.port, args.connections, args.seconds, sources(args.sources),
-                              not args.no_handshake))
+                              not args.no_handshake, args.churn))
     print(json.dumps(tally), flush=True)
     return 0
 

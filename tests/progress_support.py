@@ -77,7 +77,7 @@ def endpoint_pid(operator: OperatorProcess) -> int:
 
     def found() -> int | None:
         for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-            if "progress_endpoint" in Path(f"/proc/{child}/cmdline").read_text(errors="replace"):
+            if "disttrain.endpoint" in Path(f"/proc/{child}/cmdline").read_text(errors="replace"):
                 return int(child)
         return None
     return wait_for(found, 60, "the operator's progress endpoint process")

@@ -28,23 +28,36 @@ from support import CHART, OPERATOR_NAMESPACE, ROOT, Cluster, helm
 # dt-disttrain-operator (test_helm_chart.py), disttrain-operator (the e2e tests' helm install).
 CHART_ACCOUNT = re.compile(r"system:serviceaccount:[^:]+:[a-z0-9-]*disttrain-operator")
 Grant = tuple[str, str, str]  # API group, resource[/subresource], verb
+NON_RESOURCE = "nonResourceURL"
+NON_RESOURCE_URLS = {"/openid/v1/jwks"}  # the chart's nonResourceURLs grants
 
 
 def granted(cluster: Cluster) -> set[Grant]:
     rendered = helm(cluster, "template", "dt", str(CHART), "--namespace", OPERATOR_NAMESPACE,
                     "--kube-version", "1.36.3", "--show-only", "templates/rbac.yaml")
+    return {grant for doc in yaml.safe_load_all(rendered) if doc and doc["kind"] in ("ClusterRole", "Role")
+            for rule in doc["rules"] for grant in grants_of(rule)}
+
+
+def grants_of(rule: dict[str, Any]) -> set[Grant]:
+    """A rule's grants; a non-resource URL's (the issuer's keys) as (NON_RESOURCE, its path, verb)."""
+    if "nonResourceURLs" in rule:
+        return {(NON_RESOURCE, url, verb) for url in rule["nonResourceURLs"] for verb in rule["verbs"]}
     return {(group, resource, verb)
-            for doc in yaml.safe_load_all(rendered) if doc and doc["kind"] in ("ClusterRole", "Role")
-            for rule in doc["rules"]
             for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
 
 
 def operator_requests(audit_log: Path) -> list[dict[str, Any]]:
+    """The chart's account's requests: of a resource, or of a path such as /openid/v1/jwks (not
+    /api, /apis or /version: discovery every client makes, which RBAC grants every account)."""
     events = (json.loads(line) for line in audit_log.read_text().splitlines() if line.strip())
-    return [e for e in events if CHART_ACCOUNT.fullmatch(e["user"]["username"]) and e.get("objectRef")]
+    return [e for e in events if CHART_ACCOUNT.fullmatch(e["user"]["username"]) and (
+        e.get("objectRef") or e.get("requestURI", "").split("?")[0] in NON_RESOURCE_URLS)]
 
 
 def grant_of(event: dict[str, Any]) -> Grant:
+    if not event.get("objectRef"):
+        return NON_RESOURCE, event["requestURI"].split("?")[0], event["verb"]
     ref = event["objectRef"]
     resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
     return ref.get("apiGroup", ""), resource, event["verb"]

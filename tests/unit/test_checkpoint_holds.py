@@ -24,9 +24,9 @@ from disttrain.apiserver.rest import ApiError
 from disttrain.builders.checkpoint import REQUEST_ANNOTATION
 from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.controller import Controller
+from disttrain.control.progress_desk import ProgressDesk
 from disttrain.control.workqueue import WorkQueue
-from disttrain.watch.progress_desk import ProgressDesk
-from disttrain.watch.progress_server import Identity, JobKey
+from disttrain.runtime.progress_link import Identity, JobKey
 from manifests import replica, tf_job
 
 ENDPOINT = ProgressEndpoint("https://disttrain-progress.ops.svc:8443", "ca")

@@ -35,7 +35,7 @@ def test_every_module_lives_in_a_layer() -> None:
     bottom"): a new module goes into the folder of its layer, not beside them."""
     assert {p.name for p in PACKAGE.glob("*.py")} == {"__init__.py", "__main__.py"}
     layers = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
-    assert layers == {"api", "builders", "decide", "apiserver", "runtime", "control", "watch", "client"}
+    assert layers == {"api", "builders", "decide", "apiserver", "runtime", "control", "endpoint", "watch", "client"}
 
 
 def test_test_modules_have_names_of_their_own() -> None:

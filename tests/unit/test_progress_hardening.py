@@ -21,10 +21,12 @@ from test_progress_server import URL, Pods, Reviewer, role_of, token
 
 from disttrain.api.progress import AUDIENCE
 from disttrain.control.progress_book import ProgressBook
-from disttrain.watch import progress_listener, progress_server
-from disttrain.watch.progress_desk import ProgressDesk
-from disttrain.watch.progress_listener import Listener, bind
-from disttrain.watch.progress_server import ProgressServer, unverified_expiry
+from disttrain.control.progress_desk import ProgressDesk
+from disttrain.endpoint import listener as progress_listener
+from disttrain.endpoint import server as progress_server
+from disttrain.endpoint.checks import unverified_expiry
+from disttrain.endpoint.listener import Listener, bind
+from disttrain.endpoint.server import ProgressServer
 
 
 def b64(raw: bytes) -> str:

@@ -1,4 +1,4 @@
-"""The progress endpoint in its own process (watch/progress_endpoint.py), kept by the controller's
+"""The progress endpoint in its own process (endpoint/__main__.py), kept by the controller's
 EndpointProcess, against a TokenReview served here: a report reaches the controller's book over the
 link, a flood of more connections than it holds grows the endpoint's process within its bound and the controller's
 not at all, and a killed endpoint is started again. Before issue 31 the endpoint ran in the
@@ -25,8 +25,8 @@ from test_progress_server import JOB_UID, PODS, Pods, role_of
 
 from disttrain.api.progress import AUDIENCE
 from disttrain.control.progress_book import ProgressBook
+from disttrain.control.progress_desk import ProgressDesk
 from disttrain.runtime.serving_cert import ServingCert, _certificates
-from disttrain.watch.progress_desk import ProgressDesk
 from disttrain.watch.progress_supervisor import EndpointProcess
 
 FLOOD = Path(__file__).resolve().parents[1] / "flood.py"
@@ -126,6 +126,8 @@ def test_the_endpoint_runs_apart_and_a_flood_costs_the_controller_nothing(tmp_pa
             assert found is not None and found.training is not None, "the report reached the controller's book"
             assert endpoint.process is not None
             child, ours = endpoint.process.pid, os.getpid()
+            assert os.getpriority(os.PRIO_PROCESS, child) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10), \
+                "the endpoint runs niced: a handshake flood takes CPU from it before the controller"
             before = {"endpoint": rss_mib(child), "controller": rss_mib(ours)}
             began = time.monotonic()
             flood = await asyncio.create_subprocess_exec(

@@ -1,4 +1,4 @@
-"""The progress endpoint (watch/progress_server.py) against a scripted TokenReview: who may report
+"""The progress endpoint (endpoint/server.py) against a scripted TokenReview: who may report
 for which job, every refusal's code and words, the limits, and what reaches the book. The real
 API server's TokenReview and pod-bound tokens: tests/integration/test_progress_reports.py."""
 
@@ -16,9 +16,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from disttrain.api.observed import ObservedPod
 from disttrain.api.progress import AUDIENCE, Role
 from disttrain.control.progress_book import ProgressBook
-from disttrain.watch import progress_server
-from disttrain.watch.progress_desk import ProgressDesk
-from disttrain.watch.progress_server import BURST, ProgressServer
+from disttrain.control.progress_desk import ProgressDesk
+from disttrain.endpoint import server as progress_server
+from disttrain.endpoint.server import BURST, ProgressServer
 
 JOB_UID = "job-uid"
 PODS = {"uid-w0": (("ml", "mnist"), "mnist-worker-0", 0), "uid-w1": (("ml", "mnist"), "mnist-worker-1", 1),
@@ -33,10 +33,20 @@ def token(pod_uid: str, audience: str = AUDIENCE, expires_in: float = 3600) -> s
 
 
 class Reviewer:
-    """A TokenReview that knows the tokens `token()` makes for the pods in PODS."""
+    """A TokenReview that knows the tokens `token()` makes for the pods in PODS; and the API server's
+    issuer discovery, which an older cluster (or missing RBAC) doesn't serve: `discovery`, by path
+    (tests/unit/test_progress_tokens.py serves a signing key's)."""
 
-    def __init__(self) -> None:
-        self.reviews = 0
+    def __init__(self, discovery: dict[str, Any] | None = None) -> None:
+        self.reviews, self.reads, self.discovery = 0, 0, discovery
+
+    async def read(self, url_path: str) -> Any:
+        from disttrain.apiserver.rest import ApiError
+
+        self.reads += 1
+        if self.discovery is None or url_path not in self.discovery:
+            raise ApiError(404, "Not Found")
+        return self.discovery[url_path]
 
     async def token_review(self, token: str, audiences: list[str]) -> dict[str, Any]:
         self.reviews += 1

@@ -1,6 +1,6 @@
 """Training progress as pods report it: who may report for a job, and what a report may hold.
 
-A job's pods report to the operator's progress endpoint (watch/progress_server.py) with a
+A job's pods report to the operator's progress endpoint (endpoint/server.py) with a
 projected service-account token that names the pod; the operator keeps the latest report of each
 role and writes `status.progress` from it (decide/progress.py). One pod reports a job's training
 (TensorFlow: the chief, or worker 0 without one, which is the coordinator of a ParameterServer

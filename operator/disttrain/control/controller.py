@@ -72,7 +72,7 @@ class Controller:
         self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
         self.uids: dict[JobKey, str] = {}
         self.statuses = StatusWriter(kube, self.clock, progress_interval)
-        self.report_to = report_to  # where the pods report training progress to (watch/progress_server.py)
+        self.report_to = report_to  # where the pods report training progress to (endpoint/server.py)
         self.progress = ProgressBook(wake=lambda key: self.queue.add_after(key, self.statuses.progress_due(key)),
                                      wake_now=self.queue.add,
                                      awaits_checkpoint=lambda key: self.statuses.awaits_checkpoint(key, self._jobs))

@@ -20,6 +20,7 @@ from disttrain.apiserver.kube import Kube
 from disttrain.apiserver.rest import Rest
 from disttrain.builders.progress import EndpointPods, ProgressEndpoint
 from disttrain.control.controller import Controller, JobKey
+from disttrain.control.progress_desk import ProgressDesk
 from disttrain.control.status_writes import REPORTED_PROGRESS_INTERVAL
 from disttrain.control.tombstones import RESYNC_SECONDS
 from disttrain.decide.queueing import ObservedWorkload, observe_workload
@@ -27,7 +28,6 @@ from disttrain.runtime import metrics, serving_cert
 from disttrain.runtime.health import BEAT_SECONDS, Health
 from disttrain.runtime.memory import trim_when_quiet
 from disttrain.watch.podwatch import PodWatch, exact_names
-from disttrain.watch.progress_desk import ProgressDesk
 from disttrain.watch.progress_supervisor import EndpointProcess
 
 

@@ -1,7 +1,7 @@
-"""The controller's keeper of the progress endpoint's process (progress_endpoint.py).
+"""The controller's keeper of the progress endpoint's process (endpoint/__main__.py).
 
-It starts the process with one end of a socket pair (progress_link.py), answers its questions
-through the desk (progress_desk.py), hands it the serving certificate and every renewal of it, and
+It starts the process with one end of a socket pair (runtime/progress_link.py), answers its questions
+through the desk (control/progress_desk.py), hands it the serving certificate and every renewal of it, and
 starts it again when it ends, after a back-off (RESTART_BACKOFF, doubling to its cap; a process
 that served for a minute starts the back-off afresh). Whatever happens to the endpoint, this
 keeper only waits on it: reconciling never does.
@@ -22,10 +22,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from disttrain.endpoint.listener import bind
 from disttrain.runtime import metrics
+from disttrain.runtime.progress_link import MAX_LINE, Desk, LinkError, send, serve_controller_side
 from disttrain.runtime.serving_cert import ServingCert
-from disttrain.watch.progress_link import MAX_LINE, Desk, LinkError, send, serve_controller_side
-from disttrain.watch.progress_listener import bind
 
 log = logging.getLogger(__name__)
 RESTART_BACKOFF = (1.0, 60.0)  # seconds: first, cap
@@ -84,7 +84,7 @@ class EndpointProcess:
         try:
             self.process = None
             self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "disttrain.watch.progress_endpoint", "--link-fd", str(theirs.fileno()),
+                sys.executable, "-m", "disttrain.endpoint", "--link-fd", str(theirs.fileno()),
                 "--listen-fd", str(self.listening.fileno()), "--memory-mib", str(self.memory_mib),
                 pass_fds=(theirs.fileno(), self.listening.fileno()), stdin=asyncio.subprocess.DEVNULL,
                 env={**os.environ, "MALLOC_ARENA_MAX": "2"})  # its memory bound counts arenas whole

@@ -6,7 +6,10 @@ holds a 256 KiB buffer per connection from its first byte. 3,000 connections tha
 request line and waited grew the operator from 51 to 897 MB (issue 31). So this listener accepts
 itself, and:
 
-- refuses at once (closes) a connection past MAX_PER_SOURCE from one address; past MAX_CONNECTIONS
+- refuses at once (closes) a connection past ACCEPTS_PER_SECOND (ACCEPT_BURST at once) from one
+  address, before its TLS handshake: a handshake costs ~0.6 ms of CPU, and 1,700 a second from a few
+  pods throttled reconciling, which shares the container's CPU limit (issue 43);
+- refuses at once a connection past MAX_PER_SOURCE from one address; past MAX_CONNECTIONS
   in all, the oldest connection of the address holding the most goes to make room for an address
   holding fewer (else the newcomer is refused): the worst a flood holds is MAX_CONNECTIONS buffers
   (64 MiB at 256), and a few addresses can't keep the rest out;
@@ -27,8 +30,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from disttrain.endpoint.limits import Bucket, Lru
+
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS, MAX_PER_SOURCE = 256, 32
+# A reporter opens a connection per report, a report every 0.5 s at most a token; an address behind
+# a NAT or an ingress (a MultiKueue worker cluster) carries several reporters.
+ACCEPTS_PER_SECOND, ACCEPT_BURST = 20.0, 40.0
+MAX_SOURCES = 10_000  # addresses whose accept rate is remembered; the least recently seen go first
 HANDSHAKE_TIMEOUT = 5.0
 REQUEST_DEADLINE = 10.0
 KEEPALIVE = 1.0
@@ -42,7 +51,7 @@ class Tracked(asyncio.Protocol):
         self.listener, self.source, self.inner = listener, source, inner
         self.since = listener.clock()
         self.transport: asyncio.BaseTransport | None = None
-        self.sock: socket.socket | None = None  # until the handshake is done: what to close to end it
+        self.serving: asyncio.Task[None] | None = None  # until the handshake is done: what to cancel to end it
         self.released = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -74,6 +83,7 @@ class Listener:
         self.open: set[Tracked] = set()
         self.per_source: Counter[str] = Counter()
         self.by_transport: dict[int, Tracked] = {}
+        self.accepts = Lru(MAX_SOURCES)  # accept-rate buckets by address
         # Connections closed at once, past their deadline, and to make room for another address's.
         self.refused = self.expired = self.evicted = 0
         self._sock: socket.socket | None = None
@@ -90,9 +100,9 @@ class Listener:
         return int(self._sock.getsockname()[1])
 
     async def stop(self) -> None:
-        for task in self.tasks:
+        for task in [*self.tasks, *self._serving]:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*self.tasks, *self._serving, return_exceptions=True)
         if self._sock is not None:
             self._sock.close()
         for tracked in list(self.open):
@@ -126,18 +136,23 @@ class Listener:
                 await asyncio.sleep(0.1)
                 continue
             source = str(address[0])
-            if self.per_source[source] >= MAX_PER_SOURCE or (len(self.open) >= MAX_CONNECTIONS
-                                                             and not self._make_room(source)):
+            if self._too_fast(source) or self.per_source[source] >= MAX_PER_SOURCE or (
+                    len(self.open) >= MAX_CONNECTIONS and not self._make_room(source)):
                 self.refused += 1
                 conn.close()
                 continue
             tracked = Tracked(self, source, self.protocol())
-            tracked.sock = conn
             self.open.add(tracked)
             self.per_source[source] += 1
-            serving = loop.create_task(self._serve(conn, tracked))
+            serving = tracked.serving = loop.create_task(self._serve(conn, tracked))
             self._serving.add(serving)  # held: the loop keeps only a weak reference to a task
             serving.add_done_callback(self._serving.discard)
+
+    def _too_fast(self, source: str) -> bool:
+        now = self.clock()
+        bucket = self.accepts.get(source) or Bucket(ACCEPTS_PER_SECOND, ACCEPT_BURST, now)
+        self.accepts.put(source, bucket)
+        return bucket.take(now) > 0
 
     def _make_room(self, source: str) -> bool:
         """All connections are held: the oldest of the address holding the most goes, if it holds
@@ -170,8 +185,12 @@ class Listener:
     def close(self, tracked: Tracked) -> None:
         if tracked.transport is not None:
             tracked.transport.abort()  # type: ignore[attr-defined]
-        elif tracked.sock is not None:
-            tracked.sock.close()  # mid-handshake: its connect_accepted_socket fails and is released
+        elif tracked.serving is not None:
+            # Mid-handshake, through the loop: cancelled, connect_accepted_socket closes its transport,
+            # which leaves the selector, then _serve closes the socket. Closing the socket here left
+            # its fd in the selector under a live transport, and the next connection accepted on that
+            # fd hung for the handshake's 5 s, then was reset (issue 43, item 3).
+            tracked.serving.cancel()
         self.release(tracked)
 
 

@@ -1,4 +1,4 @@
-"""The progress endpoint's own process: `python -m disttrain.watch.progress_endpoint --link-fd N
+"""The progress endpoint's own process: `python -m disttrain.endpoint --link-fd N
 --listen-fd M`, started and restarted by the controller (progress_supervisor.py), never by hand: it
 accepts on the socket the controller bound (and keeps, so a restart never loses the port).
 
@@ -6,14 +6,16 @@ Everything a pod sends lands here and nowhere else: TLS, HTTP, tokens, bodies, f
 has its own memory bound (RLIMIT_DATA, `--memory-mib`: past it an allocation fails here, and the
 controller's memory is untouched) and asks the kernel to pick it first should its container run
 out of memory anyway (oom_score_adj 1000). It talks to the controller only through the link
-(progress_link.py), and exits when the link closes: a controller that is gone leaves no endpoint.
+(runtime/progress_link.py), and exits when the link closes: a controller that is gone leaves no endpoint.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import os
 import resource
 import socket
 import ssl
@@ -28,14 +30,26 @@ from aiohttp import web
 from disttrain.apiserver import credentials
 from disttrain.apiserver.kube import Kube
 from disttrain.apiserver.rest import Rest
+from disttrain.endpoint.checks import MAX_TOKEN
+from disttrain.endpoint.listener import KEEPALIVE, Listener
+from disttrain.endpoint.server import ProgressServer
+from disttrain.runtime.progress_link import MAX_LINE, EndpointSide
 from disttrain.runtime.serving_cert import ServingCert
-from disttrain.watch.progress_link import MAX_LINE, EndpointSide
-from disttrain.watch.progress_listener import KEEPALIVE, Listener
-from disttrain.watch.progress_server import MAX_TOKEN, ProgressServer
 
 log = logging.getLogger("disttrain.progress")
 STATS_EVERY = 1.0  # seconds between the counts sent to the controller (its /metrics shows them)
+NICENESS = 10
 QUIET_SECONDS = 10.0  # one log line per kind of loop error in this long: a flood is not a log flood
+
+
+class ApiServer(Kube):
+    """The endpoint's API server: TokenReview, and a GET of the issuer's keys (endpoint/keys.py)
+    through the same client and credentials."""
+
+    async def read(self, url_path: str) -> Any:
+        # The API server serves the keys as application/jwk-set+json, and answers 406 to a request
+        # that accepts only application/json (the local plane's audit log, v1.37.2).
+        return await self.rest.request("GET", url_path, accept="application/jwk-set+json, application/json")
 
 
 def bound_memory(mib: int) -> None:
@@ -52,6 +66,16 @@ def bound_memory(mib: int) -> None:
             adj.write("1000")
     except OSError:
         pass  # not Linux, or not allowed: the memory bound still holds
+
+
+def lower_priority() -> None:
+    """The endpoint shares its container's CPU limit with the controller, and within one cgroup the
+    kernel shares CPU by weight: at nice 10 the endpoint weighs about a tenth of the controller (110
+    against 1024), so TLS handshakes at any rate leave reconciling nearly all the CPU it asks for,
+    and the endpoint still uses what the controller leaves idle. Unniced, 1,700 handshakes a second
+    (0.6 ms each) throttled reconciling (issue 43). Raising one's own nice needs no privilege."""
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)
 
 
 def ssl_context(cert: Mapping[str, str]) -> ssl.SSLContext:
@@ -89,7 +113,7 @@ async def serve(link_fd: int, listen_fd: int) -> None:
     await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
     if not first.done():
         return  # the controller went before it sent a certificate
-    server = ProgressServer(Kube(Rest(credentials.login)), link)
+    server = ProgressServer(ApiServer(Rest(credentials.login)), link)
     runner = web.AppRunner(server.app(), access_log=None, keepalive_timeout=KEEPALIVE, max_headers=32,
                            max_field_size=MAX_TOKEN + 64, max_line_size=1024, handler_cancellation=True)
     await runner.setup()
@@ -139,7 +163,7 @@ def small_tls_buffers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="disttrain.watch.progress_endpoint")
+    parser = argparse.ArgumentParser(prog="disttrain.endpoint")
     parser.add_argument("--link-fd", type=int, required=True)
     parser.add_argument("--listen-fd", type=int, required=True)
     parser.add_argument("--memory-mib", type=int, default=384)
@@ -147,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]  # kopf imports it if found (__main__)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     bound_memory(args.memory_mib)
+    lower_priority()
     small_tls_buffers()
     asyncio.run(serve(args.link_fd, args.listen_fd))
     return 0

@@ -1,5 +1,5 @@
 """The controller's side of a progress report: whose pod sent it, whether that pod reports for the
-job it names, and into the book with it. The endpoint's process (progress_server.py) has reviewed
+job it names, and into the book with it. The endpoint's process (endpoint/server.py) has reviewed
 the token and checked the body; what it asks here is a few dictionary lookups, so however hard the
 endpoint is flooded, reconciling pays for reports that came from a reporting pod only.
 
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from disttrain.api.observed import ObservedPod
 from disttrain.api.progress import ReportError, Role, parse_report
 from disttrain.control.progress_book import ProgressBook
-from disttrain.watch.progress_server import Identity, JobKey, Refused
+from disttrain.runtime.progress_link import Identity, JobKey, Refused
 
 log = logging.getLogger(__name__)
 

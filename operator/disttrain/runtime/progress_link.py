@@ -18,15 +18,40 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
-
-from disttrain.watch.progress_server import Identity, JobKey, Refused
 
 MAX_LINE = 64 * 1024  # a report is at most 16 KiB; its JSON inside a line at most ~6x that in escapes
 MAX_PENDING = 64
 ANSWER_TIMEOUT = 5.0
 BUSY = "the operator is busy: try again shortly"
+
+
+JobKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The pod a reviewed token is bound to; `until` (monotonic) its review stands, `expires` the
+    token does (the endpoint's own: neither goes over the link)."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    until: float
+    expires: float = math.inf
+
+
+class Refused(Exception):
+    """A report's answer other than 202, on either side of the link."""
+
+    def __init__(self, status: int, result: str, message: str, retry_after: float | None = None,
+                 throttled: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.result, self.message, self.retry_after = status, result, message, retry_after
+        self.throttled = throttled  # the digest of a token over its rate
 
 
 class LinkError(Exception):
@@ -58,7 +83,7 @@ async def receive(reader: asyncio.StreamReader) -> dict[str, Any] | None:
 
 
 class EndpointSide:
-    """The endpoint's end: a Desk (progress_server.py) whose answers come from the controller."""
+    """The endpoint's end: a Desk (endpoint/server.py) whose answers come from the controller."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
@@ -96,7 +121,7 @@ class EndpointSide:
 
 
 class Desk(Protocol):
-    """What the controller's end asks (progress_desk.py's ProgressDesk): the accepted message, or Refused."""
+    """What the controller's end asks (control/progress_desk.py's ProgressDesk): the accepted message, or Refused."""
 
     def record(self, identity: Identity, job: JobKey, body: Any) -> str: ...
 
