@@ -27,13 +27,23 @@ def _version() -> str:
         return "(not installed)"
 
 
+class _DefaultsOnce(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's default, unless its help already says it (`default: the whole cluster`) or has none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        said = action.help or ""
+        if "default" in said.lower() or action.default in (None, [], argparse.SUPPRESS):
+            return said
+        return super()._get_help_string(action) or said
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="disttrain", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"disttrain {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_arguments(sub.add_parser("run", help="run the operator",
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter))
+                                     formatter_class=_DefaultsOnce))
     sub.add_parser("crd", help="print the DistTrainJob CRD")
     render_cmd = sub.add_parser("render", help="print every object the operator would create for a job")
     render_cmd.add_argument("file", type=Path, help="a DistTrainJob manifest, or - for standard input (with any "

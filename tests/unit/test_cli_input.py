@@ -81,3 +81,24 @@ def test_an_unquoted_date_is_a_string_as_kubectl_reads_it(tmp_path: Path, capsys
     path.write_text(yaml.safe_dump(job).replace("DATE", "2020-01-01"))
     rc, out, err = run(capsys, str(path))
     assert rc == 0 and "2020-01-01" in out, err
+
+
+def test_a_job_of_a_version_the_crd_doesnt_serve_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kubectl apply` finds no disttrain.dev/v1beta1 (nor a job with no apiVersion): render said nothing."""
+    for version in ("disttrain.dev/v1beta1", None):
+        job = yaml.safe_load(job_text(TF))
+        job["apiVersion"] = version
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(job))
+        rc, _, err = run(capsys, str(path))
+        assert rc == 1 and f"apiVersion {version!r}: the CRD serves disttrain.dev/v1" in err, err
+
+
+def test_rendered_objects_repeat_what_they_share_instead_of_yaml_anchors(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    job = yaml.safe_load(job_text(TF))
+    job["spec"]["runPolicy"] = {"networkPolicy": {"egress": "PeersAndDNS"}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    rc, out, err = run(capsys, str(path))
+    assert rc == 0 and "&id" not in out and "*id" not in out, err

@@ -66,7 +66,11 @@ def rendered_provider(spec: JobSpec) -> GangProvider | None:
 
 class _ManifestDumper(yaml.SafeDumper):
     """Multi-line strings (hostfile, discover_hosts.sh, ssh config) as literal blocks, the way a
-    person writes them in a manifest, rather than quoted with a blank line per line break."""
+    person writes them in a manifest, rather than quoted with a blank line per line break; an
+    object used twice (a NetworkPolicy's peers) written out twice, not as a `&id001` anchor."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

@@ -67,6 +67,11 @@ def jobs(docs: list[Any]) -> list[dict[str, Any]]:
     found = [d for d in docs if isinstance(d, dict) and d.get("kind") == KIND]
     if not found:
         raise RenderRefused([_none_found(docs)])
+    # The CRD serves one version: `kubectl apply` finds no other ("no matches for kind").
+    versions = [f'{KIND} "{name_of(job)}": apiVersion {job.get("apiVersion")!r}: the CRD serves {API_VERSION}'
+                for job in found if job.get("apiVersion") != API_VERSION]
+    if versions:
+        raise RenderRefused(versions)
     try:
         from disttrain.api.admission import refusals
     except ImportError:  # an install without jsonschema or cel-python: `disttrain render` says it didn't check
