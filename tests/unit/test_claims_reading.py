@@ -252,3 +252,24 @@ def test_only_the_claims_and_requests_the_rank_container_names_count() -> None:
         {"name": "gpus"}, {"name": "gpus", "request": "extra"}]
     assert asyncio.run(Claims(reads, FakeClock(), ["gpu.example.com"]).observe(state, [])).claims.gpus == 3, \
         "the whole claim named, and one of its requests again: counted once"
+
+
+def test_a_namespace_past_its_share_of_the_kept_counts_lets_its_own_jobs_go_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One namespace's many waiting jobs fill the budget: its own oldest go, another tenant's stay
+    (before, the oldest job of any namespace went, and every tenant's waiting jobs read again)."""
+    from disttrain.control import claims as claims_module
+
+    monkeypatch.setattr(claims_module, "MAX_KEPT_BYTES", 4096)
+    monkeypatch.setattr(claims_module, "MAX_KEPT_BYTES_PER_NAMESPACE", 1024)
+    reads = Reads({("ResourceClaimTemplate", "two-gpus"): TWO})
+    claims = Claims(reads, FakeClock(), ["gpu.example.com"])
+    waiting = [{"name": "g", "resourceClaimTemplateName": "two-gpus"},
+               {"name": "later", "resourceClaimTemplateName": "not-there-yet"}]
+    tenant = dataclasses.replace(mpi_with_claims(2, *waiting, uid="tenant"),
+                                 ref=JobRef("hvd", "other-team", "tenant"))
+    asyncio.run(claims.observe(tenant, []))
+    for i in range(100):
+        asyncio.run(claims.observe(mpi_with_claims(2, *waiting, uid=f"flood-{i}"), []))
+    assert "tenant" in claims.counts, "the other namespace's counts stay"
+    assert claims.kept_bytes <= 4096 and sum(claims.namespace_bytes.values()) == claims.kept_bytes

@@ -48,6 +48,10 @@ DEVICE_CLASS_TTL_SECONDS = 60.0
 # The bytes of counts kept for jobs waiting on a claim object (ClaimCount.size): 32 claims of 32
 # requests is about 130 KiB, a job's usual one claim of one request a few hundred bytes.
 MAX_KEPT_BYTES = 4 << 20
+# One namespace's share of it: past it, that namespace's own oldest job is let go, not another
+# tenant's (a namespace filling the whole budget made every other namespace's waiting jobs re-read
+# their objects every pass).
+MAX_KEPT_BYTES_PER_NAMESPACE = 1 << 20
 
 
 class ClaimAPI(Protocol):
@@ -61,10 +65,17 @@ class Claims:
         # job uid -> "template/<name>" or "claim/<name>" -> its count, until the job's is in its status
         self.counts: dict[str, dict[str, claims.ClaimCount]] = {}
         self.kept_bytes = 0
+        self.namespace_of: dict[str, str] = {}  # job uid -> its namespace, for the job's counts kept
+        self.namespace_bytes: dict[str, int] = {}
         self._classes: tuple[float, frozenset[str]] | None = None
 
     def forget(self, uid: str) -> None:
-        self.kept_bytes -= sum(count.size for count in self.counts.pop(uid, {}).values())
+        freed = sum(count.size for count in self.counts.pop(uid, {}).values())
+        self.kept_bytes -= freed
+        if (namespace := self.namespace_of.pop(uid, None)) is not None:
+            self.namespace_bytes[namespace] -= freed
+            if not self.namespace_bytes[namespace]:
+                del self.namespace_bytes[namespace]
 
     async def observe(self, job: JobState, pods: Iterable[ObservedPod]) -> JobState:
         """`job` with what was read of its workers' claims (`job.claims`, `MPISpec.claimed_gpus`).
@@ -132,15 +143,20 @@ class Claims:
             return None
         count = claims.count_claim(claims.claim_spec(claim.kind, found), gpu_classes)
         del found  # the spec goes now: only the count is kept
-        self._keep(uid, claim.key, count)
+        self._keep(uid, namespace, claim.key, count)
         return count
 
-    def _keep(self, uid: str, key: str, count: claims.ClaimCount) -> None:
+    def _keep(self, uid: str, namespace: str, key: str, count: claims.ClaimCount) -> None:
         job = self.counts.setdefault(uid, {})
-        self.kept_bytes += count.size - (job[key].size if key in job else 0)
+        self.namespace_of[uid] = namespace
+        grown = count.size - (job[key].size if key in job else 0)
+        self.kept_bytes += grown
+        self.namespace_bytes[namespace] = self.namespace_bytes.get(namespace, 0) + grown
         job[key] = count
         while self.kept_bytes > MAX_KEPT_BYTES and self.counts:
-            self.forget(next(iter(self.counts)))  # the oldest job: it reads its objects again
+            # The oldest job of a namespace past its share, else the oldest: it reads its objects again.
+            crowded = self.namespace_bytes.get(namespace, 0) > MAX_KEPT_BYTES_PER_NAMESPACE
+            self.forget(next(u for u in self.counts if not crowded or self.namespace_of.get(u) == namespace))
 
     async def gpu_classes(self) -> frozenset[str]:
         now = self.clock.monotonic()
