@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fakedra import FAKE_GPU_CLASS  # noqa: E402
 from ports import free_port  # noqa: E402
 from progress_support import operator_args  # noqa: E402
-from support import TIMED, Cluster, OperatorProcess, chart_identity, install_crd, wait_namespace_ready  # noqa: E402
+from support import TIMED, Cluster, OperatorProcess, chart_identity, fresh_namespace, install_crd  # noqa: E402
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -89,8 +88,5 @@ def operator(crd: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture
 def namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    cluster.core.create_namespace({"metadata": {"name": name}})
-    wait_namespace_ready(cluster, name)
-    yield name
-    cluster.core.delete_namespace(name)
+    with fresh_namespace(cluster) as name:
+        yield name

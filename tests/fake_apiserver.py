@@ -35,7 +35,37 @@ def answers(version: str) -> dict[str, dict[str, Any]]:
     }
 
 
-class _Handler(BaseHTTPRequestHandler):
+class JSONHandler(BaseHTTPRequestHandler):
+    """A tiny HTTP server's handler that answers JSON and logs nothing (the test reads what the
+    clients say): this fake API server's, and the stand-ins of other tests."""
+
+    def send_json(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on a free loopback port, for the block: its URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+class _Handler(JSONHandler):
     server: _Server
 
     def do_GET(self) -> None:
@@ -46,15 +76,7 @@ class _Handler(BaseHTTPRequestHandler):
         status = 200 if body is not None else 404
         if body is None:
             body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *_: Any) -> None:  # quiet: the test reads what the clients say
-        pass
+        self.send_json(status, body)
 
 
 class _Server(ThreadingHTTPServer):

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,6 +263,18 @@ def install_crd(cluster: Cluster) -> None:
     def get(api_path: str) -> Any:
         return json.loads(cluster.kubectl("get", "--raw", api_path).stdout or "null")
     wait_for(lambda: served(get, crd), 60, "the DistTrainJob CRD served")
+
+
+@contextlib.contextmanager
+def fresh_namespace(cluster: Cluster) -> Iterator[str]:
+    """A namespace of the test's own (`t-<random>`), ready for objects, deleted after the block."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.core.create_namespace({"metadata": {"name": name}})
+    wait_namespace_ready(cluster, name)
+    try:
+        yield name
+    finally:
+        cluster.core.delete_namespace(name)
 
 
 def wait_namespace_ready(cluster: Cluster, namespace: str) -> None:

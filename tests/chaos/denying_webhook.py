@@ -11,9 +11,11 @@ import base64
 import json
 import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from fake_apiserver import JSONHandler
 
 NAME = "deny-pods.chaos.disttrain.dev"
 MESSAGE = "the dataset volume is not ready yet (the chaos suite's webhook)"
@@ -27,18 +29,10 @@ class DenyingWebhook:
         self.allowed = 0
         hook = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JSONHandler):
             def do_POST(self) -> None:
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                body = json.dumps(hook.review(review)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
+                self.send_json(200, hook.review(review))
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

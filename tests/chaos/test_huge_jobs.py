@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +25,7 @@ import pytest
 from fakedra import FAKE_GPU_CLASS
 from manifests import gloo_job, mpi_job, mwms_job
 from progress_support import rss_mib
-from support import Cluster, OperatorProcess, wait_for, wait_namespace_ready, wait_pods_running
+from support import Cluster, OperatorProcess, fresh_namespace, wait_for, wait_pods_running
 
 pytestmark = pytest.mark.usefixtures("operator")
 GROWTH_MIB = 48
@@ -34,11 +33,8 @@ GROWTH_MIB = 48
 
 @pytest.fixture
 def other_namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    cluster.core.create_namespace({"metadata": {"name": name}})
-    wait_namespace_ready(cluster, name)
-    yield name
-    cluster.core.delete_namespace(name)
+    with fresh_namespace(cluster) as name:
+        yield name
 
 
 def huge_template(name: str) -> dict[str, Any]:

@@ -8,12 +8,8 @@ import asyncio
 import copy
 import datetime
 import itertools
-import json
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from disttrain.api.observed import ObservedPod, observe_pod
@@ -251,31 +247,3 @@ class FakeLeases:
         stored["metadata"]["resourceVersion"] = str(self.version)
         self.leases[key] = stored
 
-
-class JSONHandler(BaseHTTPRequestHandler):
-    """A tiny HTTP server's handler that answers JSON and logs nothing (a stand-in API server)."""
-
-    def send_json(self, code: int, body: Any) -> None:
-        out = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *_: Any) -> None:
-        pass
-
-
-@contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """`handler` served on a free loopback port, for the block: its URL."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()

@@ -9,7 +9,6 @@ import pytest
 
 from disttrain.builders.claims import (
     UncountableClaim,
-    claim_gpus,
     count_claim,
     driver_of,
     gpu_device_classes,
@@ -50,24 +49,25 @@ def test_nvidias_classes_are_gpus_by_their_driver_and_others_only_when_named() -
 
 def test_a_claim_counts_its_gpu_requests_exact_counts_defaulting_to_one() -> None:
     gpus = frozenset({"gpu.nvidia.com"})
-    assert claim_gpus(spec({"exactly": exactly("gpu.nvidia.com", 2)}), gpus) == 2
-    assert claim_gpus(spec({"exactly": exactly("gpu.nvidia.com")}, {"exactly": exactly("rdma.example.com", 4)},
-                           {"exactly": exactly("gpu.nvidia.com", 3, "ExactCount")}), gpus) == 4
-    assert claim_gpus({}, gpus) == 0
+    assert count_claim(spec({"exactly": exactly("gpu.nvidia.com", 2)}), gpus).gpus() == 2
+    assert count_claim(spec({"exactly": exactly("gpu.nvidia.com")}, {"exactly": exactly("rdma.example.com", 4)},
+                           {"exactly": exactly("gpu.nvidia.com", 3, "ExactCount")}), gpus).gpus() == 4
+    assert count_claim({}, gpus).gpus() == 0
 
 
 def test_alternatives_count_when_they_agree_and_all_of_a_node_never_does() -> None:
     gpus = frozenset({"gpu.nvidia.com", "gpu.example.com"})
     same = {"firstAvailable": [{"name": "a", **exactly("gpu.nvidia.com", 2)},
                                {"name": "b", **exactly("gpu.example.com", 2)}]}
-    assert claim_gpus(spec(same), gpus) == 2
+    assert count_claim(spec(same), gpus).gpus() == 2
     differ = {"firstAvailable": [{"name": "a", **exactly("gpu.nvidia.com", 4)},
                                  {"name": "b", **exactly("gpu.nvidia.com", 2)}]}
     with pytest.raises(UncountableClaim, match=r"requests\[0\] \(r0\): firstAvailable alternatives of \[2, 4\]"):
-        claim_gpus(spec(differ), gpus)
+        count_claim(spec(differ), gpus).gpus()
     with pytest.raises(UncountableClaim, match=r"allocationMode All of device class gpu\.nvidia\.com"):
-        claim_gpus(spec({"exactly": exactly("gpu.nvidia.com", mode="All")}), gpus)
-    assert claim_gpus(spec({"exactly": exactly("rdma.example.com", mode="All")}), gpus) == 0, "not a GPU: not counted"
+        count_claim(spec({"exactly": exactly("gpu.nvidia.com", mode="All")}), gpus).gpus()
+    not_a_gpu = spec({"exactly": exactly("rdma.example.com", mode="All")})
+    assert count_claim(not_a_gpu, gpus).gpus() == 0, "not a GPU: not counted"
 
 
 def test_a_pods_gpus_are_its_claims_templates_and_shared_claims_named_as_such() -> None:
@@ -95,15 +95,15 @@ def test_counts_a_claim_cant_be_allocated_or_that_are_no_number_are_refused_and_
     for count in (0, -3, 33, True, "2", 2.5, None):
         request = {"exactly": {"deviceClassName": "gpu.nvidia.com", "count": count}}
         with pytest.raises(UncountableClaim, match="is not a number of GPUs from 1 to 32"):
-            claim_gpus(spec(request), gpus)
+            count_claim(spec(request), gpus).gpus()
     many = [{"name": f"r{i}", "exactly": exactly("gpu.nvidia.com", 30)} for i in range(2)]
     with pytest.raises(UncountableClaim, match="more than 32 GPUs"):
-        claim_gpus({"devices": {"requests": many}}, gpus)
+        count_claim({"devices": {"requests": many}}, gpus).gpus()
     watch = {"exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8, "adminAccess": True}}
-    assert claim_gpus(spec(watch), gpus) == 0
+    assert count_claim(spec(watch), gpus).gpus() == 0
     for malformed in ({"devices": {"requests": "x"}}, {"devices": [1]}, {"devices": {"requests": [
             {"exactly": {"deviceClassName": ["gpu.nvidia.com"]}}, 7, {"firstAvailable": "x"}]}}):
-        assert claim_gpus(malformed, gpus) == 0
+        assert count_claim(malformed, gpus).gpus() == 0
 
 
 def test_a_class_pinning_the_driver_either_way_round_is_a_gpu_class() -> None:

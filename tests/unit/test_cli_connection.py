@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import JSONHandler, serving
 
 from disttrain.__main__ import main
+from fake_apiserver import JSONHandler, serving
 
 
 class _Forbidden(JSONHandler):

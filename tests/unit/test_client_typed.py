@@ -7,11 +7,11 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from fakes import JSONHandler, serving
 from kubernetes import client as kube
 
 import disttrain.client
 from disttrain.client import MPI, Client, Container, Job, Replica, Spec, TensorFlow
+from fake_apiserver import JSONHandler, serving
 
 
 def test_every_class_of_a_job_imports_from_the_client() -> None:

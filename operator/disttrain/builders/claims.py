@@ -195,11 +195,6 @@ def _request_gpus(request: Mapping[str, Any], gpu_classes: frozenset[str], where
     return _exact_gpus(request.get("exactly") or {}, gpu_classes, where)
 
 
-def claim_gpus(claim_spec: Mapping[str, Any], gpu_classes: frozenset[str]) -> int:
-    """GPUs a claim of this spec allocates in all (UncountableClaim: see count_claim)."""
-    return count_claim(claim_spec, gpu_classes).gpus()
-
-
 def _exact_gpus(request: Any, gpu_classes: frozenset[str], where: str) -> int:
     if not isinstance(request, Mapping) or not isinstance(request.get("deviceClassName"), str) \
             or request["deviceClassName"] not in gpu_classes or request.get("adminAccess") is True:

@@ -10,7 +10,7 @@ import yaml
 
 from disttrain.api.constants import REPLICA_INDEX_LABEL
 from disttrain.api.objects import JobRef
-from disttrain.api.parse import SpecError, parse_spec
+from disttrain.api.parse import parse_spec
 from disttrain.api.spec import GangProvider, JobSpec
 from disttrain.builders import gang, gloo, render_claims, render_input
 from disttrain.builders.desired import job_pod, supporting_objects
@@ -45,7 +45,7 @@ def render_objects(job: dict[str, Any], spec: JobSpec | None = None, progress: b
                  uid=meta.get("uid") or "<uid of the DistTrainJob>")
     spec = spec if spec is not None else parse_spec(job.get("spec") or {})
     if spec.tensorflow is not None and (trouble := tf_config_too_large(ref, spec.tensorflow)) is not None:
-        raise SpecError(*trouble.split(": ", 1))  # as the operator fails it: before a pod is built
+        raise trouble  # as the operator fails it: before a pod is built
     workers = range(spec.mpi.worker.replicas) if spec.mpi else ()
     provider, endpoint = rendered_provider(spec), CHART_ENDPOINT if progress else None
     # A placeholder no one takes for a real name (it isn't a valid one).

@@ -12,6 +12,7 @@ from typing import Any
 
 from disttrain.api.constants import TF_CONFIG_ENV
 from disttrain.api.objects import JobRef, PodKey
+from disttrain.api.parse import SpecError
 from disttrain.api.spec import ReplicaType, TensorFlowSpec
 from disttrain.builders.naming import pod_fqdn
 
@@ -45,7 +46,7 @@ def tf_config(cluster: dict[str, list[str]], replica_type: str, index: int) -> s
 MAX_ENV_BYTES = 131_072
 
 
-def tf_config_too_large(job: JobRef, tf: TensorFlowSpec) -> str | None:
+def tf_config_too_large(job: JobRef, tf: TensorFlowSpec) -> SpecError | None:
     """Why no pod of this job could start, if its TF_CONFIG can't be a process's environment
     variable: it lists every member of the cluster by a name that holds the job's name and its
     namespace, so the bound depends on both (the CRD's rules can't see the namespace)."""
@@ -62,10 +63,10 @@ def tf_config_too_large(job: JobRef, tf: TensorFlowSpec) -> str | None:
         return None
     most = max(tf.replicas, key=lambda t: tf.replicas[t].replicas)
     fit = members * (MAX_ENV_BYTES - 256) // size
-    return (f"spec.tensorflow.{most}.replicas: TF_CONFIG lists all {members} members of the cluster in "
-            f"{size:,} bytes, and a process's environment variable holds at most {MAX_ENV_BYTES:,} (Linux's "
-            f"MAX_ARG_STRLEN): no pod of this job could start. About {fit} members fit with this job's name "
-            f"and namespace")
+    return SpecError(f"spec.tensorflow.{most}.replicas", (
+        f"TF_CONFIG lists all {members} members of the cluster in {size:,} bytes, and a process's environment "
+        f"variable holds at most {MAX_ENV_BYTES:,} (Linux's MAX_ARG_STRLEN): no pod of this job could start. "
+        f"About {fit} members fit with this job's name and namespace"))
 
 
 def _sets_tf_config(template: Mapping[str, Any]) -> bool:

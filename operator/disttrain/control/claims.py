@@ -21,8 +21,9 @@ What is kept while a job waits for a claim object is each object's count (builde
 `ClaimCount`: a request's name and GPUs), never its spec: a namespace's editor can make 31
 templates of 1.3 MB each (CEL selectors, within resource.k8s.io's limits) and jobs that name them
 and one missing claim; kept whole, three such jobs held 120 MB of the controller's memory, and
-every restart read them again. The counts kept are bounded in bytes (MAX_KEPT_BYTES), the oldest
-job's let go first: it reads its objects again on its next pass.
+every restart read them again. The counts kept are bounded in bytes (MAX_KEPT_BYTES, and
+MAX_KEPT_BYTES_PER_NAMESPACE for one namespace's): the oldest job of a namespace past its share
+is let go first, else the oldest; it reads its objects again on its next pass.
 """
 
 from __future__ import annotations

@@ -143,8 +143,8 @@ def drop_when_not_stopping(p: Pass) -> None:
     deleting = {pod.uid for pod in p.plan.delete}
     # Every pod that could have been asked while the request is dropped: the watch may not show
     # this pass the annotation the last one made (the controller patches each pod once).
-    asked = [pod for pod in p.live if pod.uid not in deleting and (
-        pod.asked_checkpoint or (pending and pod.phase == "Running" and pod.hears_checkpoint))]
+    hearing = {pod.uid for pod in _hearing(p)} if pending else set()
+    asked = [pod for pod in p.live if pod.uid not in deleting and (pod.asked_checkpoint or pod.uid in hearing)]
     p.plan.annotate = [(pod, {REQUEST_ANNOTATION: ""}) for pod in asked]
     if not pending:
         return

@@ -23,6 +23,11 @@ from disttrain.decide.queueing import ObservedWorkload, QueueState
 from disttrain.decide.reasons import Reason
 
 
+def _pods_left(p: Pass) -> bool:
+    """Whether one of the job's own pods still holds what its Workload reserved (running, or going)."""
+    return any(pod.active or pod.terminating for pod in p.own)
+
+
 def hold_in_queue(p: Pass) -> bool:
     """True while the job must wait in its queue (the ladder stops there). Pods it stops, and an
     earlier job's still holding its names, are waited out once it is admitted (name_reuse_steps)."""
@@ -38,7 +43,7 @@ def _hold_in_queue(p: Pass) -> bool:
         return False
     if state.leaving:
         workload = p.workload
-        if workload is not None and workload.true("Evicted") and any(pod.active or pod.terminating for pod in p.own):
+        if workload is not None and workload.true("Evicted") and _pods_left(p):
             return evicted(p, workload)  # Kueue's eviction stands whatever the label says: the preemptor waits on it
         leave(p)
         return False  # its pods (or none) go on as for any job; the Workload follows them until they end
@@ -58,7 +63,7 @@ def _hold_in_queue(p: Pass) -> bool:
                              f"they are stopped, and it starts afresh once Workload {name} is admitted")
         return queued(p, f"waiting for Kueue to admit Workload {name}")
     follow_queue(p, workload)
-    if workload.true("Evicted") and (any(pod.active or pod.terminating for pod in p.own)
+    if workload.true("Evicted") and (_pods_left(p)
                                      or workload.true("QuotaReserved")):
         return evicted(p, workload)
     if workload.admitted:
@@ -211,7 +216,7 @@ def evicted(p: Pass, workload: ObservedWorkload) -> bool:
 def hand_back(p: Pass, workload: ObservedWorkload) -> None:
     """An evicted Workload's quota goes back to Kueue once none of the job's pods is left."""
     if workload.true("Evicted") and workload.true("QuotaReserved") and \
-            not any(pod.active or pod.terminating for pod in p.own):
+            not _pods_left(p):
         p.plan.workload.append(WorkloadOp("release", workload.name, queueing.released_admission(
             workload, timestamp(p.now)), resource_version=workload.resource_version))
 
@@ -262,7 +267,7 @@ def leave(p: Pass) -> None:
     job without Kueue (runs as one never labelled, or stays suspended). Issue 43: the Workload was
     no longer looked at, and an evicted one kept QuotaReserved=True, its preemptor never admitted."""
     workload = p.workload
-    if workload is None or any(pod.active or pod.terminating for pod in p.own):
+    if workload is None or _pods_left(p):
         return
     assert p.job.queue is not None
     queue = p.job.queue.queue

@@ -18,4 +18,4 @@ from disttrain.decide.reasons import Reason
 def refuse_too_large(p: Pass) -> bool:
     tf = p.spec.tensorflow
     trouble = tf_config_too_large(p.job.ref, tf) if tf is not None else None
-    return trouble is not None and p.finish(Phase.FAILED, Reason.INVALID_SPEC, trouble)
+    return trouble is not None and p.finish(Phase.FAILED, Reason.INVALID_SPEC, str(trouble))
