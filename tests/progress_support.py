@@ -5,6 +5,7 @@ to the pod (TokenRequest, as the kubelet asks for the projected one)."""
 from __future__ import annotations
 
 import json
+import os
 import ssl
 import urllib.error
 import urllib.request
@@ -68,6 +69,15 @@ def rss_mib(pid: int) -> float:
     except OSError:
         return 0.0
     return next((int(line.split()[1]) / 1024 for line in text.splitlines() if line.startswith("VmRSS:")), 0.0)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU the process has used so far (/proc/PID/stat's utime and stime); 0 once gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14 and 15 of proc(5)
 
 
 def endpoint_pid(operator: OperatorProcess) -> int:

@@ -28,8 +28,8 @@ import aiohttp
 import pytest
 
 from manifests import mwms_job, replica, tf_job
-from progress_support import FLOOD_TOOL, endpoint_pid, post_report, progress_port, progress_volume, rss_mib
-from support import TIMED, Cluster, OperatorProcess, wait_pods_running
+from progress_support import FLOOD_TOOL, cpu_seconds, endpoint_pid, post_report, progress_port, progress_volume, rss_mib
+from support import TIMED, Cluster, OperatorProcess, wait_for, wait_pods_running
 
 JOBS = 20
 
@@ -124,14 +124,31 @@ def test_floods_of_connections_cost_the_controller_nothing(cluster: Cluster, ope
     assert endpoint_pid(operator) == endpoint, "the endpoint held its bound without being restarted"
 
 
-def time_jobs(cluster: Cluster, namespace: str, prefix: str) -> float:
+def time_jobs(cluster: Cluster, namespace: str, prefix: str, timeout: float = 180) -> float:
     """Seconds from applying JOBS jobs to all their pods Running: what reconciling takes."""
     started = time.monotonic()
     for i in range(JOBS):
         cluster.apply(tf_job(f"{prefix}{i}", None, worker=replica(2)), namespace)  # no GPU: 40 pods fit at once
     for i in range(JOBS):
-        wait_pods_running(cluster, namespace, f"{prefix}{i}", 2, timeout=120)
+        wait_pods_running(cluster, namespace, f"{prefix}{i}", 2, timeout=max(1.0, started + timeout - time.monotonic()))
     return time.monotonic() - started
+
+
+def clear_jobs(cluster: Cluster, namespace: str) -> None:
+    """The calm run's jobs deleted and their pods gone: the flooded run gets the same free nodes.
+    (Kept, their 40 pods filled the KWOK nodes and the 13th flooded job's pods never ran: the
+    failure earlier runs of this test put down to the flood.)"""
+    cluster.kubectl("delete", "disttrainjobs", "--all", "-n", namespace, "--wait=true", "--timeout=120s")
+    wait_for(lambda: not cluster.pods(namespace), 120, f"the pods of {namespace} gone")
+
+
+def cpu_of(pids: dict[str, int]) -> dict[str, float]:
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+
+def spent(before: dict[str, float], after: dict[str, float], seconds: float) -> str:
+    return ", ".join(f"{name} {after[name] - before[name]:.1f} s ({100 * (after[name] - before[name]) / seconds:.0f}%)"
+                     for name in before)
 
 
 @pytest.mark.chaos_full
@@ -140,19 +157,34 @@ def test_a_handshake_flood_leaves_reconciling_on_time(cluster: Cluster, operator
     """TLS handshakes as fast as 64 connections from 8 addresses can make them (issue 43, item 3).
     Unbounded and unniced, ~1,700 a second (0.6 ms each) took the CPU the controller shares with the
     endpoint; now each address is accepted at most ACCEPTS_PER_SECOND and the endpoint runs at nice
-    10: 20 jobs reconcile within 1.5x of their time without the flood."""
+    10: 20 jobs reconcile within 1.5x of their time without the flood, and the controller's CPU,
+    the endpoint's and the flood's own are measured over both.
+
+    The flood runs at nice 19. In a cluster it comes from pods on other nodes, whose CPU is not the
+    operator's; here it shares this machine's two cores with the API server, etcd, KWOK and the
+    operator, and unniced its own handshakes and retries (a refused connection is retried at once)
+    would take a core from the plane: what is measured is what the endpoint costs the controller,
+    not what the attacker's CPU costs this machine."""
+    pids = {"controller": operator.proc.pid if operator.proc else 0, "endpoint": endpoint_pid(operator)}
+    before = cpu_of(pids)
     calm = time_jobs(cluster, namespace, "calm")
-    flood = subprocess.Popen([sys.executable, str(FLOOD_TOOL), "127.0.0.1", str(progress_port(operator)),
-                              "--connections", "64", "--seconds", "180", "--sources", "127.0.0.2-9", "--churn"],
-                             stdout=subprocess.PIPE, text=True)
+    during_calm = cpu_of(pids)
+    clear_jobs(cluster, namespace)
+    flood = subprocess.Popen(["nice", "-n", "19", sys.executable, str(FLOOD_TOOL), "127.0.0.1",
+                              str(progress_port(operator)), "--connections", "64", "--seconds", "180",
+                              "--sources", "127.0.0.2-9", "--churn"], stdout=subprocess.PIPE, text=True)
+    pids["flood"] = flood.pid
     try:
         time.sleep(5)  # the flood at its height
-        flooded = time_jobs(cluster, namespace, "flooded")
+        at_height = cpu_of(pids)
+        flooded = time_jobs(cluster, namespace, "flooded", timeout=max(180, 3 * calm))
+        after = cpu_of(pids)
     finally:
         flood.terminate()
         out = flood.communicate(timeout=60)[0].strip()
     tally = json.loads(out.splitlines()[-1]) if out else {}
-    said = f"handshake flood {tally}: {JOBS} jobs apply -> pods Running: calm {calm:.1f}s, flooded {flooded:.1f}s"
+    said = (f"handshake flood {tally}: {JOBS} jobs apply -> pods Running: calm {calm:.1f}s "
+            f"({spent(before, during_calm, calm)}), flooded {flooded:.1f}s ({spent(at_height, after, flooded)})")
     print("\n" + said)
     TIMED.append(f"progress endpoint: {said}")
     assert tally.get("opened", 0) + tally.get("failed", 0) > 1000, "the flood reached the endpoint"
