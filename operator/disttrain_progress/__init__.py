@@ -99,6 +99,7 @@ class Reporter:
         self._addresses: dict[tuple[str, int], list[Any]] = {}  # the endpoint's, as last resolved
         self._hurry = False  # a flush: try now, not after the backoff
         self._told = 0.0  # seconds the operator's last answer said to wait (Retry-After)
+        self._unresolved = False  # the last send failed on a name never resolved: retried without growing backoff
         self._last: dict[str, Any] = {}  # the latest report's body, which a confirmation repeats
         self.sent = self.refused = 0
 
@@ -177,8 +178,12 @@ class Reporter:
             if wait is None:
                 failures, pause = 0, self.min_interval  # at most one report every min_interval
             else:
-                failures += 1
-                pause = max(wait, min(BACKOFF[1], BACKOFF[0] * 2 ** (failures - 1)))
+                # A name the resolver failed on (and never resolved before) is asked again after the
+                # first backoff, not a growing one: it cost the operator nothing, and a fresh clone's
+                # e2e run lost a whole Horovod training's reports (17 s) to a busy node's DNS and the
+                # backoff that followed.
+                failures = 0 if self._unresolved else failures + 1
+                pause = max(wait, min(BACKOFF[1], BACKOFF[0] * 2 ** max(0, failures - 1)))
             # The pause; a flush cuts it short to what the operator asked for (Retry-After), so that the
             # end of training doesn't wait out a backoff.
             with self._lock:
@@ -189,7 +194,7 @@ class Reporter:
 
     def _send(self, body: dict[str, Any]) -> float | None:
         """None when sent or refused for good; else the seconds to wait before trying again."""
-        url, self._told = urllib.parse.urlsplit(self.url), 0.0
+        url, self._told, self._unresolved = urllib.parse.urlsplit(self.url), 0.0, False
         connection = http.client.HTTPSConnection(url.hostname or "", url.port or 443, timeout=self.timeout,
                                                  context=self._ssl())
         connection._create_connection = self._connect  # type: ignore[attr-defined]
@@ -223,6 +228,7 @@ class Reporter:
             self._addresses[address] = socket.getaddrinfo(*address, type=socket.SOCK_STREAM)
         except socket.gaierror:
             if address not in self._addresses:
+                self._unresolved = True
                 raise
         error: OSError = OSError(f"no address for {address[0]}")
         for family, kind, proto, _, sockaddr in self._addresses[address]:

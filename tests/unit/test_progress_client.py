@@ -159,6 +159,32 @@ def test_a_name_that_stops_resolving_is_reached_where_it_was(
     assert [body["epoch"] for _, body in endpoint.received] == [1, 2]
 
 
+def test_a_name_that_never_resolved_is_asked_again_without_a_growing_backoff(
+        tmp_path: Path, cert: serving_cert.ServingCert, endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh clone's e2e Horovod run: the node's DNS failed the reporter's first lookups, the
+    backoff grew, and the whole training's reports but the last were lost (PROGRESS% went from
+    nothing to 100). Six failed lookups then DNS back: the doubling backoff (0.1 s first) would wait
+    6.3 s; a resolver's failure is retried at the first backoff instead."""
+    monkeypatch.setattr(disttrain_progress, "BACKOFF", (0.1, 60.0))
+    real, failed = socket.getaddrinfo, [0]
+
+    def flaky_dns(*args: Any, **kwargs: Any) -> Any:
+        if failed[0] < 6:
+            failed[0] += 1
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", flaky_dns)
+    reporter = disttrain_progress.Reporter(str(volume(tmp_path, cert, endpoint.port)), min_interval=0.05)
+    started = time.monotonic()
+    reporter.report(epoch=1)
+    while not endpoint.received and time.monotonic() - started < 5:
+        time.sleep(0.02)
+    took = time.monotonic() - started
+    assert failed[0] == 6 and [body["epoch"] for _, body in endpoint.received] == [1], endpoint.received
+    assert took < 2.0, f"{took:.1f}s"
+
+
 def test_a_flush_does_not_wait_out_a_backoff(tmp_path: Path, cert: serving_cert.ServingCert, endpoint: Endpoint,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """At the end of training the last report is tried again at once, not after the backoff (here
