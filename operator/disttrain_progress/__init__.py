@@ -59,6 +59,7 @@ CHECKPOINT_DIR = "/var/run/disttrain.dev/checkpoint"
 MAX_METRICS = 16
 _NAME = re.compile(r"[^A-Za-z0-9_]")
 BACKOFF = (1.0, 60.0)  # seconds after a failed send: first, at most
+QUICK_LOOKUPS = 30  # a name the resolver can't answer for now: tries at the first backoff, then growing
 
 
 def _clean_metrics(metrics: Any) -> dict[str, float]:
@@ -99,7 +100,7 @@ class Reporter:
         self._addresses: dict[tuple[str, int], list[Any]] = {}  # the endpoint's, as last resolved
         self._hurry = False  # a flush: try now, not after the backoff
         self._told = 0.0  # seconds the operator's last answer said to wait (Retry-After)
-        self._unresolved = False  # the last send failed on a name never resolved: retried without growing backoff
+        self._unresolved = False  # the last send failed on a name never resolved, EAI_AGAIN: retried sooner
         self._last: dict[str, Any] = {}  # the latest report's body, which a confirmation repeats
         self.sent = self.refused = 0
 
@@ -163,7 +164,7 @@ class Reporter:
         return True
 
     def _run(self) -> None:
-        failures = 0
+        failures = lookups = 0
         while True:
             with self._lock:
                 while self._pending is None:
@@ -178,11 +179,13 @@ class Reporter:
             if wait is None:
                 failures, pause = 0, self.min_interval  # at most one report every min_interval
             else:
-                # A name the resolver failed on (and never resolved before) is asked again after the
-                # first backoff, not a growing one: it cost the operator nothing, and a fresh clone's
-                # e2e run lost a whole Horovod training's reports (17 s) to a busy node's DNS and the
-                # backoff that followed.
-                failures = 0 if self._unresolved else failures + 1
+                # A name the resolver couldn't answer for now (EAI_AGAIN) and that never resolved is
+                # asked again after the first backoff, not a growing one, for QUICK_LOOKUPS tries: it
+                # cost the operator nothing, and a fresh clone's e2e run lost a whole Horovod
+                # training's reports (17 s) to a busy node's DNS and the backoff that followed. A name
+                # that doesn't exist (NXDOMAIN), or a resolver down for longer, backs off as before.
+                lookups = lookups + 1 if self._unresolved else 0
+                failures = 0 if 0 < lookups <= QUICK_LOOKUPS else failures + 1
                 pause = max(wait, min(BACKOFF[1], BACKOFF[0] * 2 ** max(0, failures - 1)))
             # The pause; a flush cuts it short to what the operator asked for (Retry-After), so that the
             # end of training doesn't wait out a backoff.
@@ -226,9 +229,9 @@ class Reporter:
         TLS still checks the certificate against the name."""
         try:
             self._addresses[address] = socket.getaddrinfo(*address, type=socket.SOCK_STREAM)
-        except socket.gaierror:
+        except socket.gaierror as err:
             if address not in self._addresses:
-                self._unresolved = True
+                self._unresolved = err.errno == socket.EAI_AGAIN
                 raise
         error: OSError = OSError(f"no address for {address[0]}")
         for family, kind, proto, _, sockaddr in self._addresses[address]:

@@ -27,6 +27,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from disttrain.endpoint.listener import ACCEPTS_PER_SECOND
 from manifests import mwms_job, replica, tf_job
 from progress_support import FLOOD_TOOL, cpu_seconds, endpoint_pid, post_report, progress_port, progress_volume, rss_mib
 from support import TIMED, Cluster, OperatorProcess, wait_for, wait_pods_running
@@ -170,22 +171,28 @@ def test_a_handshake_flood_leaves_reconciling_on_time(cluster: Cluster, operator
     calm = time_jobs(cluster, namespace, "calm")
     during_calm = cpu_of(pids)
     clear_jobs(cluster, namespace)
+    timeout = max(180, 3 * calm)
     flood = subprocess.Popen(["nice", "-n", "19", sys.executable, str(FLOOD_TOOL), "127.0.0.1",
-                              str(progress_port(operator)), "--connections", "64", "--seconds", "180",
+                              str(progress_port(operator)), "--connections", "64", "--seconds", str(int(timeout) + 60),
                               "--sources", "127.0.0.2-9", "--churn"], stdout=subprocess.PIPE, text=True)
-    pids["flood"] = flood.pid
+    pids["flood"], flood_started = flood.pid, time.monotonic()
     try:
         time.sleep(5)  # the flood at its height
         at_height = cpu_of(pids)
-        flooded = time_jobs(cluster, namespace, "flooded", timeout=max(180, 3 * calm))
+        flooded = time_jobs(cluster, namespace, "flooded", timeout=timeout)
         after = cpu_of(pids)
     finally:
         flood.terminate()
         out = flood.communicate(timeout=60)[0].strip()
+        flood_seconds = time.monotonic() - flood_started
     tally = json.loads(out.splitlines()[-1]) if out else {}
     said = (f"handshake flood {tally}: {JOBS} jobs apply -> pods Running: calm {calm:.1f}s "
             f"({spent(before, during_calm, calm)}), flooded {flooded:.1f}s ({spent(at_height, after, flooded)})")
     print("\n" + said)
     TIMED.append(f"progress endpoint: {said}")
-    assert tally.get("opened", 0) + tally.get("failed", 0) > 1000, "the flood reached the endpoint"
+    # Saturated: it offered more than the 8 addresses' accept bound (8 x ACCEPTS_PER_SECOND = 160 a
+    # second) and got about that bound's handshakes, niced as it is (here: ~1,000 offered, ~155 made).
+    made = tally.get("opened", 0) / flood_seconds
+    offered = made + tally.get("failed", 0) / flood_seconds
+    assert offered > 2 * 8 * ACCEPTS_PER_SECOND and made > 0.5 * 8 * ACCEPTS_PER_SECOND, (offered, made, said)
     assert flooded <= 1.5 * calm, said

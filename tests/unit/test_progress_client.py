@@ -185,6 +185,24 @@ def test_a_name_that_never_resolved_is_asked_again_without_a_growing_backoff(
     assert took < 2.0, f"{took:.1f}s"
 
 
+def test_a_name_that_doesnt_exist_still_backs_off(tmp_path: Path, cert: serving_cert.ServingCert,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """NXDOMAIN (a progress Service gone or misnamed) is no resolver's hiccup: the growing backoff,
+    not a lookup a second for as long as training runs (the review of the quick retry)."""
+    monkeypatch.setattr(disttrain_progress, "BACKOFF", (0.1, 60.0))
+    asked = [0]
+
+    def no_such_name(*args: Any, **kwargs: Any) -> Any:
+        asked[0] += 1
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
+    reporter = disttrain_progress.Reporter(str(volume(tmp_path, cert, free_port())), min_interval=0.05)
+    reporter.report(epoch=1)
+    time.sleep(1.6)
+    assert asked[0] <= 5, f"{asked[0]} lookups in 1.6 s: 0.1, 0.2, 0.4 and 0.8 s apart is 5 at most"
+
+
 def test_a_flush_does_not_wait_out_a_backoff(tmp_path: Path, cert: serving_cert.ServingCert, endpoint: Endpoint,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """At the end of training the last report is tried again at once, not after the backoff (here
