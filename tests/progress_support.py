@@ -5,13 +5,13 @@ to the pod (TokenRequest, as the kubelet asks for the projected one)."""
 from __future__ import annotations
 
 import json
-import os
 import ssl
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench_observe import process_usage  # hack/: /proc's VmRSS and utime+stime, as make bench reads them
 from support import Cluster, OperatorProcess, wait_for
 
 AUDIENCE = "disttrain.dev/progress"
@@ -65,19 +65,17 @@ def operator_args(port: int, status_seconds: float = 2.0) -> tuple[str, ...]:
 
 def rss_mib(pid: int) -> float:
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        return process_usage(pid).rss_bytes / 2**20
     except OSError:
         return 0.0
-    return next((int(line.split()[1]) / 1024 for line in text.splitlines() if line.startswith("VmRSS:")), 0.0)
 
 
 def cpu_seconds(pid: int) -> float:
-    """User and system CPU the process has used so far (/proc/PID/stat's utime and stime); 0 once gone."""
+    """User and system CPU the process has used so far; 0 once gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return process_usage(pid).cpu_seconds
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14 and 15 of proc(5)
 
 
 def endpoint_pid(operator: OperatorProcess) -> int:
