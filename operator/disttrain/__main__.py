@@ -234,10 +234,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port)
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(3)}"
+    leadership = None
     if args.leader_election:
         from disttrain.runtime.leader import lead
 
-        lead(args.leader_election_namespace, args.lease_name, identity, login, args.lease_duration)
+        leadership = lead(args.leader_election_namespace, args.lease_name, identity, login, args.lease_duration)
     health.lead()
     from disttrain.runtime.preflight import wait_for_crd
 
@@ -246,14 +247,20 @@ def _run(args: argparse.Namespace) -> int:
                      name_reuse_seconds=args.name_reuse_seconds, namespaces=list(args.namespace),
                      gpu_device_classes=list(args.gpu_device_class),
                      progress=_progress_settings(args), health=health)
-    kopf.run(
-        clusterwide=not args.namespace, namespaces=args.namespace,
-        standalone=True,  # one active replica is the Lease's job, not kopf peering's
-        # Given, not guessed: kopf's own guess asks for the user's name, and a container run as
-        # an arbitrary UID (the chart's 65532, OpenShift's) has none: the operator died at start.
-        identity=identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str it doesn't export
-        memo=memo,
-    )
+    try:
+        kopf.run(
+            clusterwide=not args.namespace, namespaces=args.namespace,
+            standalone=True,  # one active replica is the Lease's job, not kopf peering's
+            # Given, not guessed: kopf's own guess asks for the user's name, and a container run as
+            # an arbitrary UID (the chart's 65532, OpenShift's) has none: the operator died at start.
+            identity=identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str it doesn't export
+            memo=memo,
+        )
+    finally:
+        # kopf has stopped (SIGTERM) or failed: nothing acts any more, so the standby may lead now,
+        # not a Lease duration later (runtime/leader.py).
+        if leadership is not None:
+            leadership.step_down()
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import threading
 from typing import Any
 
 import pytest
@@ -138,4 +139,36 @@ def test_a_standby_whose_clock_runs_ahead_does_not_take_a_renewed_lease() -> Non
         for clock in (leader_clock, standby_clock):
             clock.advance(16)
         assert await b.try_hold(leases), "one duration after the record last changed, by the standby's clock"
+    asyncio.run(scenario())
+
+
+def test_a_leader_that_stops_releases_the_lease_and_its_standby_takes_it_at_the_next_try() -> None:
+    """A deleted leader pod's Lease stayed held until its duration ran out: 15 s with no operator,
+    and in CI a Deployment's replacement pod, started meanwhile, raced the standby for it (the
+    e2e failover test, stop 48). Stopped, the leader now releases it as client-go's
+    ReleaseOnCancel does: an empty holder with a duration of 1 s."""
+    async def scenario() -> None:
+        clock, leases = FakeClock(), FakeLeases()
+        a, b = electors(clock)
+        assert await a.try_hold(leases)
+        assert not await b.try_hold(leases)
+        stop = threading.Event()
+        stop.set()  # kopf has stopped (SIGTERM)
+        assert await asyncio.wait_for(a.keep(leases, stop), timeout=5), "stepped down, not lost"
+        spec = leases.leases[("ops", "disttrain")]["spec"]
+        assert spec["holderIdentity"] == "" and spec["leaseDurationSeconds"] == 1
+        assert await b.try_hold(leases), "taken at once: no clock advanced"
+        assert leases.leases[("ops", "disttrain")]["spec"]["leaseTransitions"] == 1
+    asyncio.run(scenario())
+
+
+def test_a_replica_releases_only_a_lease_it_holds() -> None:
+    async def scenario() -> None:
+        clock, leases = FakeClock(), FakeLeases()
+        a, b = electors(clock)
+        assert not await b.release(leases), "no Lease yet"
+        assert await a.try_hold(leases)
+        before = leases.leases[("ops", "disttrain")]
+        assert not await b.release(leases)
+        assert leases.leases[("ops", "disttrain")] == before
     asyncio.run(scenario())

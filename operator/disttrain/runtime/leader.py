@@ -2,7 +2,10 @@
 
 With several replicas only the Lease holder runs the operator; the others wait and take the
 Lease once it has not been renewed for its duration. A holder that cannot renew in time exits
-(its pod restarts and queues up as a standby) rather than risk two active operators.
+(its pod restarts and queues up as a standby) rather than risk two active operators. A holder
+that stops (SIGTERM: a rollout, a drain, a deleted pod) releases the Lease once kopf has
+stopped, as client-go's ReleaseOnCancel does, so a standby leads within its next try (2 s)
+rather than a Lease duration later.
 
 kopf's own peering was tried first and dropped: replicas with equal priorities all pause, and
 in our tests a second replica often saw no peering events for a minute or more.
@@ -119,6 +122,17 @@ class LeaseElector:
         # taking an expired Lease at once, one wins.
         return await leases.replace(self.namespace, self.name, dict(lease, spec=new_spec))
 
+    async def release(self, leases: LeaseAPI) -> bool:
+        """Give the Lease up, if we still hold it: client-go's release, an empty holder with a
+        duration of 1 s, which a standby takes at its next try. True if released."""
+        lease = await leases.read(self.namespace, self.name)
+        spec = (lease or {}).get("spec") or {}
+        if lease is None or spec.get("holderIdentity") != self.identity:
+            return False
+        stamp = micro_timestamp(self.clock.now())
+        released = dict(spec, holderIdentity="", leaseDurationSeconds=1, acquireTime=stamp, renewTime=stamp)
+        return await leases.replace(self.namespace, self.name, dict(lease, spec=released))
+
     async def acquire(self, leases: LeaseAPI, retry_seconds: float = 2) -> None:
         announced = False
         while True:
@@ -135,9 +149,13 @@ class LeaseElector:
                 announced = True
             await asyncio.sleep(retry_seconds)
 
-    async def keep(self, leases: LeaseAPI) -> None:
-        """Renew every third of the duration; return (the caller exits) once the Lease is lost,
-        or two thirds of its duration after the renewTime of our last renewal that went through.
+    async def keep(self, leases: LeaseAPI, stop: threading.Event | None = None) -> bool:
+        """Renew every third of the duration; return False (the caller exits) once the Lease is
+        lost, or two thirds of its duration after the renewTime of our last renewal that went
+        through; True once `stop` is set and the Lease released (or the release tried).
+
+        Renewals and the release are made here alone, one after another: a renewal racing the
+        release from another thread could read the emptied Lease and take it back.
 
         Counted from that renewTime (taken before the request was sent), not from when the
         answer came, and each try is cut off at that deadline: with etcd paused a renewal hangs
@@ -145,8 +163,11 @@ class LeaseElector:
         a replica leading past the moment its standby took over (`make chaos`, two replicas
         through an etcd pause: an overlap of a millisecond)."""
         give_up_after = self.duration * 2 / 3
+        stop = stop or threading.Event()
         while True:
-            await asyncio.sleep(self.duration / 3)
+            if await asyncio.to_thread(stop.wait, self.duration / 3):
+                await self._release_in_time(leases, give_up_after)
+                return True
             deadline = (self.renewed_at or self.clock.monotonic()) + give_up_after
             try:
                 left = deadline - self.clock.monotonic()
@@ -155,30 +176,58 @@ class LeaseElector:
                 if await asyncio.wait_for(self.try_hold(leases), timeout=left):
                     continue
                 log.error("lost Lease %s/%s to another replica: exiting", self.namespace, self.name)
-                return
+                return False
             except Exception as err:  # the API server restarting, unreachable or hanging: retried below
                 log.warning("renewing Lease %s/%s failed: %s: %s", self.namespace, self.name, type(err).__name__, err)
                 if self.clock.monotonic() < deadline:
                     continue
                 log.error("could not renew Lease %s/%s in time: exiting", self.namespace, self.name)
-                return
+                return False
+
+    async def _release_in_time(self, leases: LeaseAPI, timeout: float) -> None:
+        """Release, or leave the Lease to expire: a stopping process waits no longer than this."""
+        try:
+            released = await asyncio.wait_for(self.release(leases), timeout=timeout)
+        except Exception as err:  # the API server gone: the standby waits out the duration instead
+            log.warning("releasing Lease %s/%s failed: %s: %s", self.namespace, self.name, type(err).__name__, err)
+            return
+        if released:
+            log.info("released Lease %s/%s: a standby takes it at its next try", self.namespace, self.name)
 
 
-def lead(namespace: str, name: str, identity: str, login: Callable[[], Endpoint], duration: int = 15) -> None:
+class Leadership:
+    """The Lease held by this process, renewed from a daemon thread."""
+
+    def __init__(self, renewal: threading.Thread, stop: threading.Event) -> None:
+        self._renewal, self._stop = renewal, stop
+
+    def step_down(self, timeout: float = 10) -> None:
+        """Stop renewing and release the Lease; call once the operator has stopped acting."""
+        self._stop.set()
+        self._renewal.join(timeout)
+
+
+def lead(namespace: str, name: str, identity: str, login: Callable[[], Endpoint],
+         duration: int = 15) -> Leadership:
     """Block until this process holds the Lease, then keep it renewed from a daemon thread, which
     ends the process the moment the Lease is lost: nothing graceful, another replica may
     already be acting."""
-    elector = LeaseElector(namespace, name, identity, duration)
+    elector, stop = LeaseElector(namespace, name, identity, duration), threading.Event()
 
-    async def run(step: str) -> None:
+    async def acquire() -> None:
         async with Rest(login, max_connections=4) as rest:
-            leases = CoordinationLeases(rest)
-            await (elector.acquire(leases) if step == "acquire" else elector.keep(leases))
+            await elector.acquire(CoordinationLeases(rest))
 
-    asyncio.run(run("acquire"))
+    async def keep() -> bool:
+        async with Rest(login, max_connections=4) as rest:
+            return await elector.keep(CoordinationLeases(rest), stop)
+
+    asyncio.run(acquire())
 
     def keep_or_exit() -> None:
-        asyncio.run(run("keep"))
-        os._exit(1)
+        if not asyncio.run(keep()):
+            os._exit(1)
 
-    threading.Thread(target=keep_or_exit, name="lease-renewal", daemon=True).start()
+    renewal = threading.Thread(target=keep_or_exit, name="lease-renewal", daemon=True)
+    renewal.start()
+    return Leadership(renewal, stop)
