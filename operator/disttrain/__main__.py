@@ -208,6 +208,7 @@ def _render(file: Path, gpu_device_classes: list[str], progress: bool) -> int:
 def _run(args: argparse.Namespace) -> int:
     import logging
     import secrets
+    import signal
     import socket
 
     if missing := _missing_operator_dependency():  # the light install: the client and `logs`/`render` only
@@ -234,20 +235,24 @@ def _run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         prometheus_client.start_http_server(args.metrics_port)
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{secrets.token_hex(3)}"
+    # Asked to stop before kopf runs (a standby in a rollout or a scale-down), it stops at once: as
+    # a container's PID 1, a signal without a handler is ignored, and the pod waited out its 30 s
+    # grace period. kopf.run installs its own handler for a graceful stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     leadership = None
     if args.leader_election:
         from disttrain.runtime.leader import lead
 
         leadership = lead(args.leader_election_namespace, args.lease_name, identity, login, args.lease_duration)
-    health.lead()
-    from disttrain.runtime.preflight import wait_for_crd
+    try:  # nothing acts before kopf runs: whatever ends this process from here, the Lease may go at once
+        health.lead()
+        from disttrain.runtime.preflight import wait_for_crd
 
-    asyncio.run(wait_for_crd(logging.getLogger("disttrain"), login))
-    memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds,
-                     name_reuse_seconds=args.name_reuse_seconds, namespaces=list(args.namespace),
-                     gpu_device_classes=list(args.gpu_device_class),
-                     progress=_progress_settings(args), health=health)
-    try:
+        asyncio.run(wait_for_crd(logging.getLogger("disttrain"), login))
+        memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds,
+                         name_reuse_seconds=args.name_reuse_seconds, namespaces=list(args.namespace),
+                         gpu_device_classes=list(args.gpu_device_class),
+                         progress=_progress_settings(args), health=health)
         kopf.run(
             clusterwide=not args.namespace, namespaces=args.namespace,
             standalone=True,  # one active replica is the Lease's job, not kopf peering's

@@ -128,9 +128,10 @@ def log_times(log: Path, text: str) -> list[float]:
 
 def leaderships(replica: int, log: Path, exits: list[float]) -> list[tuple[float, float, int]]:
     """(from, to, replica) for each time the replica held the Lease: from its "became the leader"
-    line to its "exiting" or "released Lease" line (a stopped leader gives the Lease up once kopf
-    has stopped, before its process ends), or its process's exit, or now."""
-    ends = sorted(log_times(log, ": exiting") + log_times(log, "released Lease") + exits)
+    line to its "exiting" or "releasing Lease" line (a stopped leader gives the Lease up once kopf
+    has stopped, before its process ends; logged before the release is sent), or its process's
+    exit, or now."""
+    ends = sorted(log_times(log, ": exiting") + log_times(log, "releasing Lease") + exits)
     spans = []
     for start in log_times(log, "became the leader"):
         end = next((e for e in ends if e >= start), time.time())

@@ -22,7 +22,10 @@ def real_node(cluster: Cluster) -> str:
     nodes = cluster.core.list_node(label_selector=f"{realnode.NODE_KEY}=true").items
     if not nodes:
         pytest.skip("no real node in this cluster (DISTTRAIN_REAL_NODE=1, make node images)")
-    return str(nodes[0].metadata.name)
+    name = str(nodes[0].metadata.name)
+    # A run killed while a test had it cordoned (the failover test) left every later pod Pending.
+    cluster.kubectl("uncordon", name)
+    return name
 
 
 @pytest.fixture(scope="package")

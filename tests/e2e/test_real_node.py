@@ -494,8 +494,11 @@ def test_a_standby_replica_stays_alive_and_takes_over_when_the_leader_goes(clust
                  "the standby leading and ready")
         took = time.monotonic() - started
     finally:
-        cluster.kubectl("uncordon", real_node)
-        cluster.kubectl("scale", "deploy", deployment, "-n", chart_operator, "--replicas=1")
+        # Scaled first: the replacement, Pending on the cordoned node, goes before it ever starts.
+        try:
+            cluster.kubectl("scale", "deploy", deployment, "-n", chart_operator, "--replicas=1")
+        finally:
+            cluster.kubectl("uncordon", real_node)
     record_timing("e2e", "failover: leader's pod deleted -> standby ready", took)
     print(f"failover: the standby was ready {took:.1f}s after the leader's pod was deleted")
     # kopf's stop, the standby's next try (2 s) and a readiness period (5 s); a Lease left to

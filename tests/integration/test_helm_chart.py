@@ -269,10 +269,32 @@ def test_two_replicas_elect_one_leader_and_fail_over(cluster: Cluster, namespace
         holder = cluster.kubectl("get", "lease", lease, "-n", namespace, "-o",
                                  "jsonpath={.spec.holderIdentity} {.spec.leaseTransitions}").stdout.split()
         assert holder[1] == "1"
+        # A leader asked to stop (SIGTERM: a rollout, a drain) hands over: it releases the Lease once
+        # kopf has stopped, and the standby leads at its next try (2 s), inside the Lease's 6 s.
+        leader.start()  # the killed replica back, standing by
+        wait_for(lambda: leader.log().count("standing by") == 1, 60, "the restarted replica standing by")
+        standby.stop()
+        wait_for(lambda: leader.log().count("became the leader") == 2, 30, "the standby to take over")
+        assert "released Lease" in standby.log()
+        released = logged_at(standby.log(), "releasing Lease")[-1]
+        took = logged_at(leader.log(), "became the leader")[-1] - released
+        print(f"\nhanded over: the standby led {took:.2f}s after the leader released the Lease")
+        assert took < 4, f"the Lease was left to expire (6 s): {took:.1f}s"
+        holder = cluster.kubectl("get", "lease", lease, "-n", namespace, "-o",
+                                 "jsonpath={.spec.holderIdentity} {.spec.leaseTransitions}").stdout.split()
+        assert holder[1] == "2"
     finally:
         for replica in replicas:
             replica.stop()
         operator.start()
+
+
+def logged_at(log: str, text: str) -> list[float]:
+    """The times of the operator's log lines that contain `text` (its format: asctime first)."""
+    import datetime
+
+    return [datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            for line in log.splitlines() if text in line and line[:4].isdigit()]
 
 
 def probe(port: int, path: str) -> int:

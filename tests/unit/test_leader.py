@@ -67,7 +67,8 @@ def test_keep_returns_once_another_replica_holds_the_lease() -> None:
         assert not await b.try_hold(leases)
         clock.advance(2)
         assert await b.try_hold(leases)
-        await asyncio.wait_for(a.keep(leases), timeout=5)  # returns: the caller then exits the process
+        # False: lost, the caller exits the process (True would mean stepped down, and carrying on)
+        assert await asyncio.wait_for(a.keep(leases), timeout=5) is False
     asyncio.run(scenario())
 
 
@@ -113,7 +114,7 @@ def test_a_hanging_renewal_gives_up_two_thirds_of_a_duration_after_the_last_rene
         assert await holder.try_hold(leases)
         assert holder.renewed_at is not None
         leases.hang = True
-        await asyncio.wait_for(holder.keep(leases), timeout=10)
+        assert await asyncio.wait_for(holder.keep(leases), timeout=10) is False
         return holder.clock.monotonic() - holder.renewed_at
     held_for = asyncio.run(scenario())
     assert 2.0 <= held_for < 2.5, held_for
@@ -171,4 +172,64 @@ def test_a_replica_releases_only_a_lease_it_holds() -> None:
         before = leases.leases[("ops", "disttrain")]
         assert not await b.release(leases)
         assert leases.leases[("ops", "disttrain")] == before
+    asyncio.run(scenario())
+
+
+class Conflicting(FakeLeases):
+    """Another writer between our read and our write: every replace answers 409."""
+
+    async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
+        return False
+
+
+def test_a_release_that_conflicts_leaves_the_lease_to_expire() -> None:
+    async def scenario() -> None:
+        leases = Conflicting()
+        a, _ = electors(FakeClock())
+        assert await a.try_hold(leases)  # created, not replaced
+        stop = threading.Event()
+        stop.set()
+        assert await asyncio.wait_for(a.keep(leases, stop), timeout=5), "stepped down all the same"
+        assert leases.leases[("ops", "disttrain")]["spec"]["holderIdentity"] == "a"
+    asyncio.run(scenario())
+
+
+def test_a_release_that_hangs_gives_up_within_two_thirds_of_a_duration() -> None:
+    async def scenario() -> float:
+        leases = Hanging()
+        holder = LeaseElector("ops", "disttrain", "a", 3)
+        assert await holder.try_hold(leases)
+        leases.hang = True
+        stop = threading.Event()
+        stop.set()
+        started = asyncio.get_running_loop().time()
+        assert await asyncio.wait_for(holder.keep(leases, stop), timeout=10)
+        return asyncio.get_running_loop().time() - started
+    assert asyncio.run(scenario()) < 2.5
+
+
+def test_a_renewal_in_flight_when_stop_is_set_comes_before_the_release() -> None:
+    """The renewal and the release are one thread's, in turn: a renewal that read the Lease before
+    the stop can't write it back over the release."""
+    class Slow(FakeLeases):
+        stop: threading.Event | None = None
+        reads = 0
+
+        async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+            self.reads += 1
+            found = await super().read(namespace, name)
+            if self.reads == 2 and self.stop is not None:  # the first renewal: stop while it is in flight
+                self.stop.set()
+                await asyncio.sleep(0.2)
+            return found
+
+    async def scenario() -> None:
+        leases, stop = Slow(), threading.Event()
+        leases.stop = stop
+        a, b = electors(FakeClock(), duration=1)
+        assert await a.try_hold(leases)
+        assert await asyncio.wait_for(a.keep(leases, stop), timeout=5)
+        assert leases.reads == 3, "the renewal, then the release's read"
+        assert leases.leases[("ops", "disttrain")]["spec"]["holderIdentity"] == ""
+        assert await b.try_hold(leases)
     asyncio.run(scenario())

@@ -185,7 +185,12 @@ class LeaseElector:
                 return False
 
     async def _release_in_time(self, leases: LeaseAPI, timeout: float) -> None:
-        """Release, or leave the Lease to expire: a stopping process waits no longer than this."""
+        """Release, or leave the Lease to expire: a stopping process waits no longer than this.
+
+        Writes the operator sent before it stopped may still be in the API server's hands when
+        the standby starts, as with client-go's ReleaseOnCancel: the standby's first write comes
+        after its next try and its start-up, and ours carry resourceVersions or uids."""
+        log.info("stopped acting: releasing Lease %s/%s", self.namespace, self.name)
         try:
             released = await asyncio.wait_for(self.release(leases), timeout=timeout)
         except Exception as err:  # the API server gone: the standby waits out the duration instead
@@ -193,6 +198,8 @@ class LeaseElector:
             return
         if released:
             log.info("released Lease %s/%s: a standby takes it at its next try", self.namespace, self.name)
+        else:
+            log.info("Lease %s/%s not released: no longer ours, or changed meanwhile", self.namespace, self.name)
 
 
 class Leadership:
@@ -225,7 +232,12 @@ def lead(namespace: str, name: str, identity: str, login: Callable[[], Endpoint]
     asyncio.run(acquire())
 
     def keep_or_exit() -> None:
-        if not asyncio.run(keep()):
+        try:
+            stepped_down = asyncio.run(keep())
+        except BaseException:  # renewals ended by surprise: the Lease lapses under a still-acting operator
+            log.exception("renewing Lease %s/%s stopped: exiting", namespace, name)
+            stepped_down = stop.is_set()
+        if not stepped_down:
             os._exit(1)
 
     renewal = threading.Thread(target=keep_or_exit, name="lease-renewal", daemon=True)
