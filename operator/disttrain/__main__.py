@@ -89,17 +89,10 @@ def _missing_operator_dependency() -> str | None:
                  if importlib.util.find_spec(m) is None), None)
 
 
-# The Kubernetes client libraries the operator's process never uses: kopf imports each one it
-# finds installed (kopf/_cogs/helpers/thirdparty.py) to recognise its model objects, which we never
-# hand it, and would log in through the sync one. The light install puts `kubernetes` there for
-# the Python client. Measured: `import kopf` with both installed 92 MB RSS and 1,649 modules;
-# without them 48 MB and 477 (issue 25's note).
-CLIENT_LIBRARIES = ("kubernetes", "kubernetes_asyncio", "pykube")
-
-
 def _keep_client_libraries_out() -> None:
-    for name in CLIENT_LIBRARIES:
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # import then raises ImportError
+    from disttrain.apiserver.client_libraries import keep_out
+
+    keep_out()
 
 
 def _configure_logging(verbose: bool) -> None:

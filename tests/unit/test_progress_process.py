@@ -1,4 +1,4 @@
-"""The progress endpoint in its own process (endpoint/__main__.py), kept by the controller's
+"""The progress endpoint in its own process (endpoint/process.py), kept by the controller's
 EndpointProcess, against a TokenReview served here: a report reaches the controller's book over the
 link, a flood of more connections than it holds grows the endpoint's process within its bound and the controller's
 not at all, and a killed endpoint is started again. Before issue 31 the endpoint ran in the
@@ -220,3 +220,25 @@ async def until_served(port: int) -> bytes:
         except OSError:
             await asyncio.sleep(0.2)
     raise AssertionError("the endpoint never served")
+
+
+def test_the_endpoints_process_loads_no_kubernetes_client_library() -> None:
+    """Issue 45: the endpoint kept kopf's client libraries out only after its imports had loaded
+    them (kopf imports `kubernetes` if it is installed, as the light install has it): 94 MB
+    resident idle on the plane, 102 MB here with the dev venv's `kubernetes_asyncio` too, the larger
+    of the operator's two processes. Its entry now keeps them out first."""
+    probe = ("import sys, runpy\n"
+             "sys.argv = ['disttrain.endpoint', '--help']\n"
+             "try:\n"
+             "    runpy.run_module('disttrain.endpoint', run_name='__main__', alter_sys=True)\n"
+             "except SystemExit:\n"
+             "    pass\n"
+             "rss = [int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS:')][0] // 1024\n"
+             "loaded = sorted(m for m in ('kubernetes', 'kubernetes_asyncio', 'pykube', 'pydantic')\n"
+             "                if sys.modules.get(m))\n"
+             "print(rss, ','.join(loaded))\n")
+    last = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.splitlines()[-1]  # after --help's usage
+    rss, loaded = last.split(" ")
+    assert loaded.strip() == "", f"the endpoint's process loaded {loaded.strip()}"
+    assert int(rss) < 70, f"{rss} MiB resident once its modules are loaded"

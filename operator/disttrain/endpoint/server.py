@@ -1,5 +1,5 @@
 """Where training progress comes in: the HTTPS endpoint the jobs' pods report to, run in a process
-of its own (endpoint/__main__.py) so that nothing a pod sends can cost the controller memory or
+of its own (endpoint/process.py) so that nothing a pod sends can cost the controller memory or
 time.
 
     POST /apis/disttrain.dev/v1/namespaces/<ns>/disttrainjobs/<job>/progress

@@ -15,7 +15,7 @@ PODS_DELETED = Counter("disttrain_pods_deleted_total", "Pods the operator delete
 PROGRESS_REPORTS = Counter(
     "disttrain_progress_reports_total", "Progress reports pods sent, by how they were answered: accepted, "
     "invalid, unauthenticated, forbidden, throttled, unavailable", ["result"])
-# The endpoint's own process (endpoint/__main__.py) counts; the controller's /metrics shows them.
+# The endpoint's own process (endpoint/process.py) counts; the controller's /metrics shows them.
 PROGRESS_CONNECTIONS = Gauge("disttrain_progress_connections", "Connections open to the progress endpoint")
 PROGRESS_CONNECTIONS_CLOSED = Counter(
     "disttrain_progress_connections_closed_total", "Connections to the progress endpoint closed by its bounds: "

@@ -1,4 +1,4 @@
-"""The controller's keeper of the progress endpoint's process (endpoint/__main__.py).
+"""The controller's keeper of the progress endpoint's process (endpoint/process.py).
 
 It starts the process with one end of a socket pair (runtime/progress_link.py), answers its questions
 through the desk (control/progress_desk.py), hands it the serving certificate and every renewal of it, and
