@@ -49,6 +49,7 @@ from bench_observe import (  # noqa: E402
     AuditLog,
     Timeline,
     gather_limited,
+    operator_memory,
     process_usage,
     start_watches,
     until,
@@ -324,7 +325,7 @@ class Bench:
             await self.all_pods(ns, step * PODS_PER_JOB, 1200)
             await self.until_running(ns, step * PODS_PER_JOB)
             await asyncio.sleep(3)
-            after = process_usage(self.operator_pid)
+            after, pss = process_usage(self.operator_pid), operator_memory(self.operator_pid)
             probe: dict[str, list[float]] = {"operator": [], "plain": []}
             for p in range(3):
                 for side, pns in probes.items():
@@ -336,6 +337,7 @@ class Bench:
             assert not dups, f"pods made twice: {dups[:5]}"
             assert self.timeline.pods_in(ns) == step * PODS_PER_JOB
             point = {"jobs": step, "pods": step * PODS_PER_JOB, "rss_mb": after.rss_bytes / 2**20,
+                     "pss": pss,
                      "cpu_s": after.cpu_seconds - idle.cpu_seconds,
                      "cpu_s_per_1000_pods": (after.cpu_seconds - before.cpu_seconds) * 1000
                                             / ((step - held) * PODS_PER_JOB),
@@ -343,10 +345,14 @@ class Bench:
                      "probe_plain_s": statistics.median(probe["plain"])}
             points.append(point)
             held = step
-            print(f"  scale {point['pods']} pods: RSS {point['rss_mb']:.0f} MB, "
+            print(f"  scale {point['pods']} pods: RSS {point['rss_mb']:.0f} MB, PSS {pss_line(pss)}, "
                   f"{point['cpu_s_per_1000_pods']:.1f} CPU s/1000 pods, probe {point['probe_operator_s']:.3f} s "
                   f"(plain {point['probe_plain_s']:.3f} s)", flush=True)
         self.results["scale"] = {"points": points, "missed_or_duplicated_pods": 0}
+
+
+def pss_line(pss: dict[str, float]) -> str:
+    return f"{pss['controller_mb']:.0f} + {pss['endpoint_mb']:.0f} (endpoint) = {pss['sum_mb']:.0f} MB"
 
 
 async def until_gone(core: Any, ns: str) -> None:
@@ -380,8 +386,9 @@ async def run(cluster: LocalCluster, operator_pid: int, size: Size, only: frozen
     try:
         await asyncio.sleep(3)
         idle = process_usage(operator_pid)
-        bench.results["idle"] = {"rss_mb": idle.rss_bytes / 2**20}
-        print(f"operator idle: RSS {idle.rss_bytes / 2**20:.0f} MB", flush=True)
+        bench.results["idle"] = {"rss_mb": idle.rss_bytes / 2**20, "pss": operator_memory(operator_pid)}
+        print(f"operator idle: RSS {idle.rss_bytes / 2**20:.0f} MB; PSS {pss_line(bench.results['idle']['pss'])}",
+              flush=True)
         if "single" in only:
             print(f"single job, {size.single_runs} runs each side", flush=True)
             await bench.single(size.single_runs)
