@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 , := ,
 
 .PHONY: all help test test-matrix lint unit integration e2e chaos venv tf-venv mpi-e2e binaries previous-plane node images cluster-up cluster-down \
-        crd demo bench bench-checkpoint clean
+        crd demo bench bench-checkpoint clean dist
 
 all: test
 
@@ -37,6 +37,11 @@ $(VENV_STAMP): pyproject.toml
 	touch $@
 
 venv: $(VENV_STAMP) ## the dev virtualenv (.cache/venv)
+
+# The sdist, and the wheel built from it (so the sdist is known whole): what a user installs from a
+# checkout without pip reaching PyPI for disttrain itself, which is not published there.
+dist: venv ## the sdist and wheel in dist/: pip install 'dist/disttrain-<version>-py3-none-any.whl[operator]'
+	rm -rf dist && $(PY) -m build --outdir dist .
 
 $(TF_STAMP):
 	hack/ensure-system.sh

@@ -3,9 +3,10 @@
 #
 # The disttrain client, as in a notebook (each `# %%` is a cell; Jupyter, VS Code and PyCharm
 # run them one by one; `python notebook.py` runs them all). It needs a cluster with the disttrain
-# operator and `pip install disttrain` here: the kubeconfig's current context (or, in a pod, its
-# ServiceAccount) says where. No checkpoint volume here, so a restarted job starts at epoch 0:
-# see examples/multi-worker-mirrored/job.yaml for one that resumes.
+# operator, and disttrain installed here (`pip install .` in a checkout, or its wheel: README):
+# the kubeconfig's current context (or, in a pod, its ServiceAccount) says where. No checkpoint
+# volume here, so a restarted job starts at epoch 0: see examples/multi-worker-mirrored/job.yaml
+# for one that resumes.
 
 # %%
 import os

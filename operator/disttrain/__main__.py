@@ -205,8 +205,10 @@ def _run(args: argparse.Namespace) -> int:
     import socket
 
     if missing := _missing_operator_dependency():  # the light install: the client and `logs`/`render` only
-        print(f"disttrain run needs the operator's dependencies ({missing} is missing): "
-              "pip install 'disttrain[operator]'", file=sys.stderr)
+        print(f"disttrain run needs the operator's dependencies ({missing} is missing): install the "
+              "[operator] extra, from a checkout `pip install '.[operator]'`, or from the wheel `make dist` "
+              "builds `pip install 'dist/disttrain-<version>-py3-none-any.whl[operator]'` (disttrain is not on PyPI)",
+              file=sys.stderr)
         return 1
     _keep_client_libraries_out()
     import kopf

@@ -26,14 +26,17 @@ def sh(*argv: str | Path, check: bool = True) -> subprocess.CompletedProcess[str
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built from a copy of what the operator image copies (the work tree stays clean)."""
+    """The wheel as `make dist` builds it (`python -m build`: the sdist, then the wheel from the
+    sdist, so a file the sdist leaves out fails here), from a copy of what the operator image copies
+    (the work tree stays clean)."""
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "operator", src / "operator", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
     out = tmp_path_factory.mktemp("dist")
-    sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, src)
+    sh(sys.executable, "-m", "build", "--outdir", out, src)
     [built] = out.glob("disttrain-*.whl")
+    assert list(out.glob("disttrain-*.tar.gz")), "no sdist"
     return built
 
 
@@ -53,10 +56,11 @@ def test_the_light_install_is_the_client_logs_and_render(wheel: Path, tmp_path: 
     rendered = proc.stdout
     assert "not checked against the CRD" not in proc.stderr, "the light install checks a job as the API server would"
     assert "kind: Secret" in rendered and "<a private key made for this job by the operator>" in rendered
+    assert "render" in sh(bin_ / "disttrain", "--help").stdout
     run = sh(bin_ / "disttrain", "run", check=False)
     assert run.returncode == 1, run
     assert "disttrain run needs the operator's dependencies" in run.stderr
-    assert "pip install 'disttrain[operator]'" in run.stderr
+    assert "[operator]" in run.stderr and "make dist" in run.stderr, "says how to install it from a checkout"
 
 
 def test_the_operator_install_has_what_disttrain_run_needs(wheel: Path, tmp_path: Path) -> None:
@@ -69,3 +73,6 @@ def test_the_operator_install_has_what_disttrain_run_needs(wheel: Path, tmp_path
                 "if m.startswith('kubernetes') and sys.modules[m] is not None}))").stdout.strip()
     assert loaded == "[]"
     assert sh(bin_ / "python", "-c", "import kubernetes_asyncio", check=False).returncode == 1
+    assert "--progress-port" in sh(bin_ / "disttrain", "run", "--help").stdout
+    example = ROOT / "examples" / "multi-worker-mirrored" / "job.yaml"
+    assert "kind: Pod" in sh(bin_ / "disttrain", "render", example).stdout

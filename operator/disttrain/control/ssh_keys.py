@@ -1,6 +1,6 @@
 """A fresh SSH key pair for one MPI job: the one impure part of MPI's objects (mpi.py builds the
 rest from it). Apart, so that what builds a job's objects, and `disttrain render`, need no
-`cryptography`: the light `pip install disttrain` leaves it out (only `disttrain[operator]` has it)."""
+`cryptography`: the light install (`pip install .`) leaves it out (only the `[operator]` extra has it)."""
 
 from __future__ import annotations
 
