@@ -13,9 +13,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from disttrain.runtime.flags import add_job_arguments, add_run_arguments
+
+if TYPE_CHECKING:
+    from disttrain.runtime.health import Health
 
 
 def _version() -> str:
@@ -199,7 +202,6 @@ def _render(file: Path, gpu_device_classes: list[str], progress: bool) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import logging
     import secrets
     import signal
     import socket
@@ -211,14 +213,11 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     _keep_client_libraries_out()
-    import kopf
     import prometheus_client
 
     import disttrain.watch.handlers  # noqa: F401  (registers the handlers)
 
     _configure_logging(args.verbose)
-    import asyncio
-
     from disttrain.apiserver.credentials import login
     from disttrain.runtime.health import Health
 
@@ -240,28 +239,39 @@ def _run(args: argparse.Namespace) -> int:
 
         leadership = lead(args.leader_election_namespace, args.lease_name, identity, login, args.lease_duration)
     try:  # nothing acts before kopf runs: whatever ends this process from here, the Lease may go at once
-        health.lead()
-        from disttrain.runtime.preflight import wait_for_crd
-
-        asyncio.run(wait_for_crd(logging.getLogger("disttrain"), login))
-        memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds,
-                         name_reuse_seconds=args.name_reuse_seconds, namespaces=list(args.namespace),
-                         gpu_device_classes=list(args.gpu_device_class),
-                         progress=_progress_settings(args), health=health)
-        kopf.run(
-            clusterwide=not args.namespace, namespaces=args.namespace,
-            standalone=True,  # one active replica is the Lease's job, not kopf peering's
-            # Given, not guessed: kopf's own guess asks for the user's name, and a container run as
-            # an arbitrary UID (the chart's 65532, OpenShift's) has none: the operator died at start.
-            identity=identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str it doesn't export
-            memo=memo,
-        )
+        _operate(args, health, identity)
     finally:
         # kopf has stopped (SIGTERM) or failed: nothing acts any more, so the standby may lead now,
         # not a Lease duration later (runtime/leader.py).
         if leadership is not None:
             leadership.step_down()
     return 0
+
+
+def _operate(args: argparse.Namespace, health: Health, identity: str) -> None:
+    """The operator itself, once it leads (or runs alone): kopf's handlers until it stops."""
+    import asyncio
+    import logging
+
+    import kopf
+
+    from disttrain.apiserver.credentials import login
+    from disttrain.runtime.preflight import wait_for_crd
+
+    health.lead()
+    asyncio.run(wait_for_crd(logging.getLogger("disttrain"), login))
+    memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds,
+                     name_reuse_seconds=args.name_reuse_seconds, namespaces=list(args.namespace),
+                     gpu_device_classes=list(args.gpu_device_class),
+                     progress=_progress_settings(args), health=health)
+    kopf.run(
+        clusterwide=not args.namespace, namespaces=args.namespace,
+        standalone=True,  # one active replica is the Lease's job, not kopf peering's
+        # Given, not guessed: kopf's own guess asks for the user's name, and a container run as
+        # an arbitrary UID (the chart's 65532, OpenShift's) has none: the operator died at start.
+        identity=identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str it doesn't export
+        memo=memo,
+    )
 
 
 if __name__ == "__main__":

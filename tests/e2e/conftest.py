@@ -45,6 +45,13 @@ def chart_operator(crd: Cluster, operator: OperatorProcess, real_node: str) -> I
     try:
         yield release
     finally:
+        # The operator stopped before its grants go: helm deletes the Deployment without waiting for
+        # its pod, then the Roles, and a stopping leader releases its Lease (a GET and an UPDATE),
+        # refused once its Role is gone (the RBAC audit, a fresh clone's run).
+        crd.kubectl("scale", "deploy", "-n", release, "-l", "app.kubernetes.io/name=disttrain-operator",
+                    "--replicas=0", check=False)
+        crd.kubectl("wait", "--for=delete", "pod", "-n", release, "-l", "app.kubernetes.io/name=disttrain-operator",
+                    "--timeout=60s", check=False)
         subprocess.run([str(HELM), "uninstall", "disttrain", "-n", release, "--wait"], env=crd.env(),
                        capture_output=True)
         crd.core.delete_namespace(release)
