@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import re
@@ -177,6 +178,20 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def log_times(log: str, text: str) -> list[float]:
+    """Wall times of the operator's log lines (asctime first: __main__._configure_logging) that
+    contain `text`."""
+    times = []
+    for line in log.splitlines():
+        found = LOG_TIME.match(line)
+        if found and text in line:
+            times.append(datetime.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return times
 
 
 def job_columns(cluster: Cluster, ns: str, job: str, wide: bool = True) -> dict[str, str]:

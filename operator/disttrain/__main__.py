@@ -92,12 +92,6 @@ def _missing_operator_dependency() -> str | None:
                  if importlib.util.find_spec(m) is None), None)
 
 
-def _keep_client_libraries_out() -> None:
-    from disttrain.apiserver.client_libraries import keep_out
-
-    keep_out()
-
-
 def _configure_logging(verbose: bool) -> None:
     import logging
 
@@ -212,7 +206,9 @@ def _run(args: argparse.Namespace) -> int:
               "builds `pip install 'dist/disttrain-<version>-py3-none-any.whl[operator]'` (disttrain is not on PyPI)",
               file=sys.stderr)
         return 1
-    _keep_client_libraries_out()
+    from disttrain.apiserver.client_libraries import keep_out
+
+    keep_out()  # before kopf is imported: it would import them (apiserver/client_libraries.py)
     import prometheus_client
 
     import disttrain.watch.handlers  # noqa: F401  (registers the handlers)

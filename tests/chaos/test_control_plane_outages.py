@@ -9,10 +9,8 @@ by two at once, and the jobs end the same."""
 
 from __future__ import annotations
 
-import datetime
 import itertools
 import random
-import re
 import threading
 import time
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 from chaos_support import PodRecorder
 from scripts import Script, check_outcome, run_scripts, scripts
 
-from support import OPERATOR_NAMESPACE, Cluster, OperatorProcess, wait_for
+from support import OPERATOR_NAMESPACE, Cluster, OperatorProcess, log_times, wait_for
 
 ETCD_PAUSE = 10.0
 
@@ -112,28 +110,15 @@ class Replicas(threading.Thread):
             replica.stop()
 
 
-LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
-
-
-def log_times(log: Path, text: str) -> list[float]:
-    """Wall times of the log lines that contain `text`."""
-    times = []
-    for line in log.read_text(errors="replace").splitlines():
-        found = LOG_TIME.match(line)
-        if found and text in line:
-            moment = datetime.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f")
-            times.append(moment.timestamp())
-    return times
-
-
 def leaderships(replica: int, log: Path, exits: list[float]) -> list[tuple[float, float, int]]:
     """(from, to, replica) for each time the replica held the Lease: from its "became the leader"
     line to its "exiting" or "releasing Lease" line (a stopped leader gives the Lease up once kopf
     has stopped, before its process ends; logged before the release is sent), or its process's
     exit, or now."""
-    ends = sorted(log_times(log, ": exiting") + log_times(log, "releasing Lease") + exits)
+    text = log.read_text(errors="replace")
+    ends = sorted(log_times(text, ": exiting") + log_times(text, "releasing Lease") + exits)
     spans = []
-    for start in log_times(log, "became the leader"):
+    for start in log_times(text, "became the leader"):
         end = next((e for e in ends if e >= start), time.time())
         spans.append((start, end, replica))
     return spans

@@ -22,6 +22,7 @@ from support import (
     Cluster,
     OperatorProcess,
     helm,
+    log_times,
     rendered_dashboard,
     service_account_kubeconfig,
     wait_for,
@@ -276,8 +277,8 @@ def test_two_replicas_elect_one_leader_and_fail_over(cluster: Cluster, namespace
         standby.stop()
         wait_for(lambda: leader.log().count("became the leader") == 2, 30, "the standby to take over")
         assert "released Lease" in standby.log()
-        released = logged_at(standby.log(), "releasing Lease")[-1]
-        took = logged_at(leader.log(), "became the leader")[-1] - released
+        released = log_times(standby.log(), "releasing Lease")[-1]
+        took = log_times(leader.log(), "became the leader")[-1] - released
         print(f"\nhanded over: the standby led {took:.2f}s after the leader released the Lease")
         assert took < 4, f"the Lease was left to expire (6 s): {took:.1f}s"
         holder = cluster.kubectl("get", "lease", lease, "-n", namespace, "-o",
@@ -287,14 +288,6 @@ def test_two_replicas_elect_one_leader_and_fail_over(cluster: Cluster, namespace
         for replica in replicas:
             replica.stop()
         operator.start()
-
-
-def logged_at(log: str, text: str) -> list[float]:
-    """The times of the operator's log lines that contain `text` (its format: asctime first)."""
-    import datetime
-
-    return [datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            for line in log.splitlines() if text in line and line[:4].isdigit()]
 
 
 def probe(port: int, path: str) -> int:

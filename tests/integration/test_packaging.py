@@ -68,7 +68,7 @@ def test_the_operator_install_has_what_disttrain_run_needs(wheel: Path, tmp_path
     sh(bin_ / "python", "-c", "import disttrain.watch.handlers, disttrain.watch.pod_events, "
        "disttrain.control.ssh_keys, kopf, prometheus_client")
     # The operator's process loads no Kubernetes client library (rest.py, apiserver/client_libraries.py).
-    loaded = sh(bin_ / "python", "-c", "from disttrain.__main__ import _keep_client_libraries_out as keep; keep(); "
+    loaded = sh(bin_ / "python", "-c", "from disttrain.apiserver.client_libraries import keep_out as keep; keep(); "
                 "import sys, disttrain.watch.handlers; print(sorted({m.split('.')[0] for m in sys.modules "
                 "if m.startswith('kubernetes') and sys.modules[m] is not None}))").stdout.strip()
     assert loaded == "[]"
