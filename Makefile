@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 , := ,
 
 .PHONY: all help test test-matrix lint unit integration e2e chaos venv tf-venv mpi-e2e binaries previous-plane node images cluster-up cluster-down \
-        crd demo bench bench-checkpoint clean dist
+        crd demo bench bench-checkpoint clean dist push
 
 all: test
 
@@ -129,6 +129,9 @@ bench-checkpoint: venv binaries node images ## steps redone after a stop, with a
 	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests/e2e/bench_lost_work.py -s $(PYTEST_ARGS)
 
 REAL_NODE ?=
+push: venv binaries images ## push the images to REGISTRY=host[:port]/path (default: the local plane's) and print their digests
+	$(PY) hack/registry.py push $(if $(REGISTRY),--registry $(REGISTRY))
+
 cluster-up: venv binaries $(if $(REAL_NODE),node images) ## a local plane with 4 fake GPU nodes (REAL_NODE=1: and a real one)
 	$(PY) hack/localcluster.py up --dir $(CLUSTER_DIR) $(if $(REAL_NODE),--real-node)
 

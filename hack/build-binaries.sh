@@ -122,6 +122,9 @@ for cmd in "${ctd_commands[@]}"; do
     -tags "no_btrfs no_zfs no_devmapper" -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
 done
 install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+# The plane's image registry and the tool that pushes to it (hack/registry.py), each from its own graph.
+install_tool registry github.com/distribution/distribution/v3/cmd/registry "$DISTRIBUTION_VERSION"
+install_tool crane github.com/google/go-containerregistry/cmd/crane "$GO_CONTAINERREGISTRY_VERSION"
 # Prometheus with static targets only: remove_all_sd leaves out every cloud's service discovery
 # (most of its module graph); its HTTP API, which the dashboard test queries, is all there.
 install_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "$PROMETHEUS_VERSION" -tags remove_all_sd
@@ -133,5 +136,7 @@ ln -sfn "$dra_dir/dra-example-kubeletplugin" "$BIN_ROOT/dra-example-kubeletplugi
 for cmd in "${ctd_commands[@]}"; do ln -sfn "$BIN_ROOT/$cmd-$CONTAINERD_VERSION/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$kwok_dir/kwok" "$BIN_ROOT/kwok"
 ln -sfn "$BIN_ROOT/helm-$HELM_VERSION/helm" "$BIN_ROOT/helm"
+ln -sfn "$BIN_ROOT/registry-$DISTRIBUTION_VERSION/registry" "$BIN_ROOT/registry"
+ln -sfn "$BIN_ROOT/crane-$GO_CONTAINERREGISTRY_VERSION/crane" "$BIN_ROOT/crane"
 ln -sfn "$BIN_ROOT/prometheus-$PROMETHEUS_VERSION/prometheus" "$BIN_ROOT/prometheus"
 echo "local cluster binaries ready in $BIN_ROOT" >&2

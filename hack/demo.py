@@ -35,6 +35,7 @@ from kubernetes import client, config
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 import realnode  # noqa: E402
+import registry  # noqa: E402
 from kwokpods import finish_pod  # noqa: E402
 from localcluster import LocalCluster, tf_configs_on_loopback  # noqa: E402
 
@@ -168,7 +169,7 @@ def main() -> int:
     operator: subprocess.Popen[bytes] | None = None
     try:
         operator = install_operator(cluster, env, root, in_cluster=args.real_node)
-        apply_example(core, env, workdir, pinned=args.real_node)
+        apply_example(core, env, workdir, root, pinned=args.real_node)
         phase = wait_for_end(kubelet, env, time.monotonic() + args.timeout)
         print("==> kubectl get disttrainjobs -o wide; kubectl get events (the job's)")
         sh("kubectl", "get", "disttrainjobs", "-n", NAMESPACE, "-o", "wide", env=env)
@@ -198,11 +199,17 @@ def install_operator(cluster: LocalCluster, env: dict[str, str], root: Path,
                      in_cluster: bool) -> subprocess.Popen[bytes] | None:
     """The chart, installed. On a real node the operator runs from its image in its pod; with KWOK
     alone (no container runs), as a process here with the chart's ServiceAccount (impersonated)."""
-    print(f"==> helm install disttrain charts/disttrain-operator -n {RELEASE_NS}")
+    # On the real node the image is pulled from the plane's registry with a pull secret, as on a cluster of yours.
+    pulls = ["--set", f"image.registry={registry.ADDRESS}",
+             "--set", f"imagePullSecrets[0].name={registry.PULL_SECRET}"] if in_cluster else []
+    print(f"==> helm install disttrain charts/disttrain-operator -n {RELEASE_NS} {' '.join(pulls)}".rstrip())
     if in_cluster:
         sh("kubectl", "apply", "-f", "-", input=json.dumps(realnode.pinned_namespace(RELEASE_NS)), env=env, quiet=True)
+        sh("kubectl", "apply", "--server-side", "-f", "-",
+           input=json.dumps(registry.Registry(cluster.root).namespace_pulls(RELEASE_NS)), env=env, quiet=True)
     sh(str(BIN / "helm"), "install", "disttrain", str(REPO / "charts" / "disttrain-operator"), "--namespace",
-       RELEASE_NS, "--create-namespace", *(["--wait", "--timeout", "180s"] if in_cluster else []), env=env, quiet=True)
+       RELEASE_NS, "--create-namespace", *pulls, *(["--wait", "--timeout", "180s"] if in_cluster else []),
+       env=env, quiet=True)
     if in_cluster:
         sh("kubectl", "get", "pods", "-n", RELEASE_NS, "-o", "wide", env=env)
         return None
@@ -214,17 +221,26 @@ def install_operator(cluster: LocalCluster, env: dict[str, str], root: Path,
                                 env={**env, "KUBECONFIG": str(impersonated)})
 
 
-def apply_example(core: Any, env: dict[str, str], workdir: Path, pinned: bool) -> None:
+def apply_example(core: Any, env: dict[str, str], workdir: Path, root: Path, pinned: bool) -> None:
     """`kubectl apply -f` the example in its namespace (pinned to the real node, if there is one),
-    with a hostPath volume on the node for its checkpoint claim."""
+    with a hostPath volume on the node for its checkpoint claim. On the real node its images are
+    the plane's registry's, pulled with the namespace's pull secret."""
     namespace = realnode.pinned_namespace(NAMESPACE) if pinned else {"apiVersion": "v1", "kind": "Namespace",
                                                                       "metadata": {"name": NAMESPACE}}
     sh("kubectl", "apply", "-f", "-", input=json.dumps(namespace), env=env, quiet=True)
-    for claim in (d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d["kind"] == "PersistentVolumeClaim"):
+    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    for claim in (d for d in docs if d["kind"] == "PersistentVolumeClaim"):
         core.create_persistent_volume(realnode.claim_volume(NAMESPACE, claim["metadata"]["name"],
                                                             workdir / "volumes" / claim["metadata"]["name"]))
-    print(f"==> kubectl apply -n {NAMESPACE} -f {EXAMPLE.relative_to(REPO)}")
-    sh("kubectl", "apply", "-n", NAMESPACE, "-f", str(EXAMPLE), env=env)
+    if not pinned:
+        print(f"==> kubectl apply -n {NAMESPACE} -f {EXAMPLE.relative_to(REPO)}")
+        sh("kubectl", "apply", "-n", NAMESPACE, "-f", str(EXAMPLE), env=env)
+        return
+    sh("kubectl", "apply", "--server-side", "-f", "-",
+       input=json.dumps(registry.Registry(root).namespace_pulls(NAMESPACE)), env=env, quiet=True)
+    print(f"==> kubectl apply -n {NAMESPACE} -f {EXAMPLE.relative_to(REPO)}  (images from {registry.ADDRESS})")
+    sh("kubectl", "apply", "-n", NAMESPACE, "-f", "-",
+       input=yaml.safe_dump_all([registry.from_local_registry(d) for d in docs]), env=env)
 
 
 def wait_for_end(kubelet: KubeletStandIn | None, env: dict[str, str], deadline: float) -> str:

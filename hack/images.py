@@ -30,7 +30,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import releases
 from ociimage import write_oci_archive
+from version import VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".cache"
@@ -45,13 +47,22 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 
 @dataclass(frozen=True)
 class Image:
-    name: str  # images/<name>/Dockerfile
+    name: str  # its archive: .cache/images/<name>.tar
     ref: str
     wheels: tuple[str, ...] = ()  # pip requirements put in the wheelhouse for its build
+    folder: str = ""  # images/<folder>/Dockerfile; the name if empty
+    context: Path = REPO  # the build's context: this checkout, or a release's files (hack/releases.py)
+
+    @property
+    def dockerfile(self) -> Path:
+        return self.context / "images" / (self.folder or self.name) / "Dockerfile"
 
 
 IMAGES = [
-    Image("operator", "docker.io/disttrain/operator:0.1.0"),
+    Image("operator", f"docker.io/disttrain/operator:{VERSION}"),
+    # The previous release's operator, built from its own files: the upgrade test starts from it.
+    Image(f"operator-{releases.PREVIOUS}", f"docker.io/disttrain/operator:{releases.PREVIOUS}", folder="operator",
+          context=releases.source()),
     Image("tensorflow", "docker.io/disttrain/tensorflow:2.21", ("tensorflow-cpu==2.21.0", "tf-keras==2.21.0")),
     Image("horovod", "docker.io/disttrain/horovod:0.28.1", ("tensorflow-cpu==2.15.1", "horovod==0.28.1")),
 ]
@@ -174,8 +185,8 @@ def host_ca_bundle() -> Path:
 
 
 def build(image: Image, base_key: str) -> None:
-    dockerfile = REPO / "images" / image.name / "Dockerfile"
-    copied = [REPO / src for line in dockerfile.read_text().splitlines() if line.startswith("COPY ")
+    dockerfile = image.dockerfile
+    copied = [image.context / src for line in dockerfile.read_text().splitlines() if line.startswith("COPY ")
               for src in line.split()[1:-1]]
     key = digest_of(base_key, image.ref, *image.wheels, "format=docker", dockerfile, *copied)
     if up_to_date(image.name, key):
@@ -196,7 +207,7 @@ def build(image: Image, base_key: str) -> None:
     try:
         sh(*BUILDAH, "bud", "--quiet", "--format", "docker", "--isolation", "chroot", "--pull-never",
            "--build-arg", f"BASE_IMAGE={BASE}",
-           *mounts, "-f", str(dockerfile), "-t", image.ref, str(REPO), stdout=subprocess.DEVNULL)
+           *mounts, "-f", str(dockerfile), "-t", image.ref, str(image.context), stdout=subprocess.DEVNULL)
     except subprocess.CalledProcessError:
         print(f"images: building {image.name} failed; {free_space_report()}", file=sys.stderr, flush=True)
         raise

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import netpolicy
 import nodedra
 import pki
+import registry
 from ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,8 +47,8 @@ NODE_KEY = "disttrain.dev/real-node"  # the node's label and taint: pods that wa
 BRIDGE, SUBNET, GATEWAY = "dt0", "10.89.0.0/24", "10.89.0.1"
 BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 DAEMONS = ("kubelet", "kube-proxy", "coredns", netpolicy.NAME, nodedra.NAME)  # stopped before containerd
-# Kept across clusters, so an image is imported once (hack/images.py writes the archives); one per
-# containerd major version (2.x migrates a 1.x store, and 1.x can't read it back).
+# Kept across clusters, so an image is pulled once (from the plane's registry, hack/registry.py); one
+# per containerd major version (2.x migrates a 1.x store, and 1.x can't read it back).
 CONTAINERD_ROOT = REPO / ".cache" / "node" / "containerd-2"
 IMAGE_ARCHIVES = REPO / ".cache" / "images"
 STATE = Path("/run/disttrain-node")  # containerd's state and socket: tmpfs, a short path
@@ -110,7 +111,8 @@ class RealNode:
         (self.dir / "kubelet.kubeconfig").write_text(pki.kubeconfig_text(self.plane.server, self.pki,
                                                                          "kubelet-client"))
         self._start_containerd(deadline)
-        import_images()
+        import_pause_image()
+        self._start_registry(deadline)
         self._start_coredns()
         self._start_kubelet()
         self._wait_node_ready(deadline)
@@ -125,10 +127,19 @@ class RealNode:
         cni.mkdir(exist_ok=True)
         (cni / "10-disttrain.conflist").write_text(json.dumps(cni_config(self.dir / "ipam"), indent=2))
         config = self.dir / "containerd.toml"
-        config.write_text(containerd_config(cni))
+        hosts = self.dir / "registry-hosts"
+        registry_hosts(hosts, self.pki / "ca.crt")
+        config.write_text(containerd_config(cni, hosts))
         self.plane.spawn("containerd", [str(bin_path("containerd")), "--config", str(config)])
         self.plane.wait("containerd started", lambda: SOCKET.exists() and ctr("version", check=False).returncode == 0,
                         deadline)
+
+    def _start_registry(self, deadline: float) -> None:
+        """The plane's registry, with every image `make images` built pushed to it: the node pulls
+        them as a cluster's node does, by a pod's (or its ServiceAccount's) pull secret."""
+        local = registry.Registry(self.plane.root)
+        local.start(self.plane.spawn, self.plane.wait, deadline)
+        local.push_all()
 
     def _start_coredns(self) -> None:
         corefile = self.dir / "Corefile"
@@ -238,7 +249,17 @@ def cni_config(ipam_dir: Path) -> dict[str, Any]:
                  "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]]}}]}
 
 
-def containerd_config(cni_dir: Path) -> str:
+def registry_hosts(hosts_dir: Path, ca: Path) -> None:
+    """containerd's hosts.toml for the plane's registry: its CA (the plane's), nothing else; the
+    credentials come from the pod's pull secret, by kubelet."""
+    folder = hosts_dir / registry.ADDRESS
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "hosts.toml").write_text(f'server = "https://{registry.ADDRESS}"\n\n'
+                                       f'[host."https://{registry.ADDRESS}"]\n  capabilities = ["pull", "resolve"]\n'
+                                       f'  ca = "{ca}"\n')
+
+
+def containerd_config(cni_dir: Path, hosts_dir: Path) -> str:
     """containerd 2's configuration (version 3): the CRI's image and runtime halves are plugins of
     their own. Our shim (built beside containerd) by path, Debian's runc by path, CDI specs from the
     node's own folder only (not the host's /etc/cdi). NRI off: on, containerd 2 takes the host's
@@ -257,6 +278,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   snapshotter = "overlayfs"
 [{images}.pinned_images]
   sandbox = "{PAUSE_IMAGE}"
+[{images}.registry]
+  config_path = "{hosts_dir}"
 [{runtime}]
   restrict_oom_score_adj = true
   cdi_spec_dirs = ["{CDI_DIR}"]
@@ -307,13 +330,13 @@ COREFILE = """cluster.local:53 {{
 """
 
 
-def import_images() -> None:
-    """Import every archive `make images` wrote whose image containerd lacks (by digest)."""
+def import_pause_image() -> None:
+    """The pod sandbox's image, imported: it is the node's, as a cluster's nodes carry theirs, and
+    containerd pulls it without a pod's credentials. Every other image the node pulls."""
     present = {line.split()[0]: line.split()[2] for line in ctr("images", "ls").stdout.splitlines()[1:] if line}
-    for archive in sorted(a for a in IMAGE_ARCHIVES.glob("*.tar") if a.name != "base.tar"):
-        name, digest = archive_image(archive)
-        if present.get(name) != digest:
-            ctr("images", "import", "--no-unpack", str(archive))
+    name, digest = archive_image(IMAGE_ARCHIVES / "pause.tar")
+    if present.get(name) != digest:
+        ctr("images", "import", "--no-unpack", str(IMAGE_ARCHIVES / "pause.tar"))
 
 
 def archive_image(archive: Path) -> tuple[str, str]:

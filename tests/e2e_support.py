@@ -21,9 +21,13 @@ Follow = Callable[[str, list[Any]], dict[str, LogFollower]]
 
 
 def pinned_namespace(cluster: Cluster, name: str) -> str:
+    """A namespace whose pods land on the real node and pull from the plane's registry: its pull
+    secret, named by the default ServiceAccount (so by every pod that names none)."""
     import realnode
+    import registry
 
     cluster.core.create_namespace(realnode.pinned_namespace(name))
+    cluster.apply(registry.Registry(cluster.kubeconfig.parent).namespace_pulls(name))
     wait_namespace_ready(cluster, name)
     return name
 
@@ -34,8 +38,10 @@ def apply_example(cluster: Cluster, ns: str, path: Path, tmp_path: Path,
                   edit_job: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """`kubectl apply -f` the example; each PersistentVolumeClaim in it gets a hostPath volume on
     the node. `env` overrides variables of the example's containers (the fault run's length);
-    `edit` changes each of them (a GPU example run on this CPU node); `edit_job` the job."""
+    `edit` changes each of them (a GPU example run on this CPU node); `edit_job` the job. Its
+    images are pulled from the plane's registry, as a user names their registry's."""
     import realnode
+    import registry
 
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     for claim in (d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"):
@@ -51,6 +57,7 @@ def apply_example(cluster: Cluster, ns: str, path: Path, tmp_path: Path,
                 edit(each)
     if edit_job:
         edit_job(next(d for d in docs if d["kind"] == "DistTrainJob"))
+    docs = [registry.from_local_registry(d) for d in docs]
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
     return next(d for d in docs if d["kind"] == "DistTrainJob")
 

@@ -1,7 +1,8 @@
 """DistTrainJob manifests for every test, unit and integration, built one way.
 
 Pods of integration tests run on KWOK nodes, so images never pull; the defaults are what a small
-real job would ask for: 2 CPUs, the TensorFlow image, restartPolicy ExitCode.
+real job would ask for: 2 CPUs, the TensorFlow image, restartPolicy ExitCode. The images are named as
+the local plane's registry serves them, which the real node pulls them from (hack/registry.py).
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-TF_IMAGE = "disttrain/tensorflow:2.21"
-HOROVOD_IMAGE = "disttrain/horovod:0.28.1"
+from registry import local
+
+TF_IMAGE = local("disttrain/tensorflow:2.21")
+HOROVOD_IMAGE = local("disttrain/horovod:0.28.1")
 
 
 def container(cpu: str | int | None = "2", gpus: int = 0, command: list[str] | None = None,

@@ -30,14 +30,19 @@ def real_node(cluster: Cluster) -> str:
 
 @pytest.fixture(scope="package")
 def chart_operator(crd: Cluster, operator: OperatorProcess, real_node: str) -> Iterator[str]:
-    """The operator as users run it: `helm install` of the chart, the image built here, once for
-    the e2e tests that need it. The session's own operator (a process on this machine) steps
-    aside meanwhile."""
+    """The operator as users run it: `helm install` of the chart, its image pulled from the plane's
+    registry with a pull secret, once for the e2e tests that need it. The session's own operator (a
+    process on this machine) steps aside meanwhile."""
+    import registry
+
     operator.stop()
+    # The release's namespace has the registry's pull secret, as the chart's NOTES ask.
     release = pinned_namespace(crd, f"disttrain-{uuid.uuid4().hex[:6]}")
     # Progress is written every 2 s (the chart's default is 15): these trainings last under a minute.
     # The real node's DRA driver's class counts as GPUs (hack/nodedra.py, test_dra_real_node.py).
     subprocess.run([str(HELM), "install", "disttrain", str(ROOT / "charts" / "disttrain-operator"), "-n", release,
+                    "--set", f"image.registry={registry.ADDRESS}",
+                    "--set", f"imagePullSecrets[0].name={registry.PULL_SECRET}",
                     "--set", "progress.statusIntervalSeconds=2",
                     "--set-json", f'dra.gpuDeviceClasses=["{FAKE_GPU_CLASS}"]',
                     "--wait", "--timeout", "180s"], env=crd.env(),

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from e2e_support import EXAMPLES, Follow, apply_example, finish
+from manifests import TF_IMAGE
 from support import TIMED, Cluster, LogFollower, record_timing, wait_for, wait_pods_running
 
 pytestmark = pytest.mark.e2e
@@ -143,7 +144,7 @@ def full_queue(cluster: Cluster, ns: str) -> None:
 
 def urgent_job(ns: str) -> dict[str, Any]:
     """The higher-priority job: one worker asking the whole queue's CPU for a few seconds."""
-    container = {"name": "tensorflow", "image": "disttrain/tensorflow:2.21",
+    container = {"name": "tensorflow", "image": TF_IMAGE,
                  "command": ["python", "-c", "import time; time.sleep(5)"],
                  "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
     return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob",

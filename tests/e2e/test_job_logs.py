@@ -11,7 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from support import Cluster, OperatorProcess, wait_for, wait_namespace_ready
+from e2e_support import pinned_namespace
+from manifests import TF_IMAGE
+from support import Cluster, OperatorProcess, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -36,9 +38,7 @@ def node_namespace(cluster: Cluster) -> Iterator[str]:
 
     if not cluster.core.list_node(label_selector=f"{realnode.NODE_KEY}=true").items:
         pytest.skip("no real node in this cluster (DISTTRAIN_REAL_NODE=1, make node images)")
-    name = f"logs-{uuid.uuid4().hex[:6]}"
-    cluster.core.create_namespace(realnode.pinned_namespace(name))
-    wait_namespace_ready(cluster, name)
+    name = pinned_namespace(cluster, f"logs-{uuid.uuid4().hex[:6]}")
     yield name
     cluster.core.delete_namespace(name)
 
@@ -47,7 +47,7 @@ def test_logs_follow_a_whole_job_on_the_real_node(cluster: Cluster, operator: Op
                                                   node_namespace: str) -> None:
     from disttrain.client import Job, Replica, RestartPolicy, Spec, TensorFlow
 
-    template = {"spec": {"containers": [{"name": "tf", "image": "disttrain/tensorflow:2.21",
+    template = {"spec": {"containers": [{"name": "tf", "image": TF_IMAGE,
                                          "command": ["python", "-c", SCRIPT],
                                          "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
                          "volumes": [{"name": "scratch", "emptyDir": {}}]}}

@@ -26,6 +26,7 @@ import yaml
 
 from disttrain.api.defaults import TF_PORT
 from e2e_support import EXAMPLES, LAST_LINES, Follow, apply_example, finish
+from manifests import TF_IMAGE
 from support import ROOT, TIMED, Cluster, record_timing, wait_for, wait_pods_running
 
 pytestmark = pytest.mark.e2e
@@ -62,7 +63,7 @@ CONVERGE = 30
 
 
 def listening_job(name: str) -> dict[str, Any]:
-    container = {"name": "tensorflow", "image": "disttrain/tensorflow:2.21", "command": ["python", "-c", LISTEN],
+    container = {"name": "tensorflow", "image": TF_IMAGE, "command": ["python", "-c", LISTEN],
                  "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}
     return {"apiVersion": "disttrain.dev/v1", "kind": "DistTrainJob", "metadata": {"name": name},
             "spec": {"tensorflow": {"worker": {"replicas": 1, "template": {"spec": {"containers": [container]}}}}}}
@@ -70,7 +71,7 @@ def listening_job(name: str) -> dict[str, Any]:
 
 def bare_pod(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "probe", "image": "disttrain/tensorflow:2.21",
+            "spec": {"containers": [{"name": "probe", "image": TF_IMAGE,
                                      "command": ["sleep", "3600"]}], "terminationGracePeriodSeconds": 0}}
 
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import pytest
 
 from e2e_support import EXAMPLES, LAST_LINES, Follow, apply_example, finish, node_blocks_ssh, running_with
+from manifests import TF_IMAGE
 from support import (
     TIMED,
     Cluster,
@@ -426,7 +427,7 @@ def test_an_image_that_cant_be_pulled_is_named(cluster: Cluster, job_namespace: 
 
 
 def test_a_crash_loop_is_said(cluster: Cluster, job_namespace: str) -> None:
-    container = {"image": "docker.io/disttrain/tensorflow:2.21", "command": ["python", "-c", "raise SystemExit(3)"]}
+    container = {"image": TF_IMAGE, "command": ["python", "-c", "raise SystemExit(3)"]}
     cluster.apply(stuck_job("crashing", container, policy="OnFailure"), job_namespace)
     seen: list[str] = []  # what the job and its pod went through, told if the wait times out
 

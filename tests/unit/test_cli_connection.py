@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import disttrain
 from disttrain.__main__ import main
 from fake_apiserver import JSONHandler, serving
 
@@ -104,4 +105,4 @@ def test_help_shows_defaults_and_version_exists(capsys: pytest.CaptureFixture[st
     assert "(default: 16)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
-    assert exit_.value.code == 0 and "disttrain 0.1.0" in capsys.readouterr().out
+    assert exit_.value.code == 0 and f"disttrain {disttrain.__version__}" in capsys.readouterr().out

@@ -51,3 +51,24 @@ def test_an_older_crds_status_schema_is_named_by_the_fields_it_lacks() -> None:
     del before["properties"]["elastic"]["properties"]["leaving"]
     assert missing_fields(ours, before, "status") == ["status.elastic.leaving", "status.sshSecret"]
     assert missing_fields(ours, {"type": "object", "x-kubernetes-preserve-unknown-fields": True}, "status") == []
+
+
+def test_the_previous_releases_crd_is_told_apart_by_what_it_lacks() -> None:
+    """The CRD of the release the upgrade test starts from (hack/releases.py): whatever spec or status
+    field it lacks is named; a field added since, like spec.mpi.bootstrap was, is found in the spec."""
+    import copy
+
+    import yaml
+
+    import releases
+    from disttrain.api.crd import job_schema
+    from disttrain.runtime.preflight import missing_fields
+
+    previous = yaml.safe_load((releases.source() / "crds" / "disttrainjobs.disttrain.dev.yaml").read_text())
+    schema = previous["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    ours = job_schema()
+    for part in ("spec", "status"):
+        assert missing_fields(ours["properties"][part], schema["properties"][part], part) == [], part
+    before = copy.deepcopy(schema["properties"]["spec"])
+    del before["properties"]["mpi"]["properties"]["bootstrap"]
+    assert missing_fields(ours["properties"]["spec"], before, "spec") == ["spec.mpi.bootstrap"]

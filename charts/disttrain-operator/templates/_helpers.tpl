@@ -84,3 +84,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: [events]
   verbs: [create]
 {{- end -}}
+
+{{/* The operator's image: [<registry>/]<repository>[:<tag>][@<digest>]. */}}
+{{- define "disttrain.image" -}}
+{{- $image := .Values.image -}}
+{{- $name := $image.repository -}}
+{{- with $image.registry }}{{ $name = printf "%s/%s" (trimSuffix "/" .) $name }}{{ end -}}
+{{- $name = printf "%s:%s" $name ($image.tag | default .Chart.AppVersion) -}}
+{{- with $image.digest }}{{ $name = printf "%s@%s" $name . }}{{ end -}}
+{{- $name -}}
+{{- end -}}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from disttrain.api.constants import GROUP, PLURAL, VERSION
-from disttrain.api.crd import status_schema
+from disttrain.api.crd import job_schema
 from disttrain.apiserver.rest import ApiError, Endpoint, Rest
 
 MINIMUM = (1, 30)
@@ -68,8 +68,9 @@ async def wait_for_crd(log: Any, login: Callable[[], Endpoint], interval: float 
     established a moment later (seen: an operator started right after `kubectl apply` of the CRD
     never reconciled a job). And `helm upgrade` never updates a chart's CRDs: under an older schema
     the API server prunes the status fields it doesn't know (status.sshSecret, status.elastic.leaving),
-    and a job's status would lose what its next pass reads (issue 31's review). The operator waits,
-    saying what to apply, rather than run on it."""
+    and a job's status would lose what its next pass reads (issue 31's review); and the spec fields a
+    user writes (spec.mpi.bootstrap), silently. The operator waits, not Ready, saying what to apply,
+    rather than run on it (the README's upgrade steps apply the CRD first)."""
     async with Rest(login, max_connections=2) as rest:
         said: set[str] = set()
         while True:
@@ -96,7 +97,9 @@ async def _crd_problem(rest: Rest) -> str | None:
     served = next((v for crd in listed.get("items") or () for v in crd["spec"]["versions"] if v["name"] == VERSION),
                   None)
     schema = ((served or {}).get("schema") or {}).get("openAPIV3Schema") or {}
-    missing = missing_fields(status_schema(), (schema.get("properties") or {}).get("status") or {}, "status")
+    missing = [field for part in ("spec", "status")
+               for field in missing_fields(job_schema()["properties"][part],
+                                           (schema.get("properties") or {}).get(part) or {}, part)]
     if not missing:
         return None
     return (f"the DistTrainJob CRD installed is older than this operator (its schema has no {', '.join(missing)}): "
