@@ -65,6 +65,9 @@ IMAGES = [
           context=releases.source()),
     Image("tensorflow", "docker.io/disttrain/tensorflow:2.21", ("tensorflow-cpu==2.21.0", "tf-keras==2.21.0")),
     Image("horovod", "docker.io/disttrain/horovod:0.28.1", ("tensorflow-cpu==2.15.1", "horovod==0.28.1")),
+    # TensorFlow with nothing of ours, for the test of the progress hook in any image.
+    Image("plain-tensorflow", "docker.io/disttrain-test/plain-tensorflow:2.21",
+          ("tensorflow-cpu==2.21.0", "tf-keras==2.21.0")),
 ]
 
 

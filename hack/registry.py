@@ -55,9 +55,12 @@ PUSHED = {"operator": f"disttrain/operator:{VERSION}", "tensorflow": "disttrain/
           "horovod": "disttrain/horovod:0.28.1"}
 OPERATOR = PUSHED["operator"]
 # The previous release's operator (hack/releases.py), which the upgrade test installs first. Only the
-# local registry gets it: `make push` to yours sends this checkout's images.
+# local registry gets it and the next: `make push` to yours sends this checkout's images.
 PREVIOUS_OPERATOR = f"disttrain/operator:{releases.PREVIOUS}"
 PREVIOUS_ARCHIVE = f"operator-{releases.PREVIOUS}"
+# TensorFlow with nothing of disttrain's (images/plain-tensorflow), for the hook-in-any-image test; local only too.
+PLAIN_TENSORFLOW = "disttrain-test/plain-tensorflow:2.21"
+LOCAL_ONLY = {PREVIOUS_ARCHIVE: PREVIOUS_OPERATOR, "plain-tensorflow": PLAIN_TENSORFLOW}
 PULL_SECRET = "disttrain-registry"  # the Secret each of the plane's namespaces that pulls gets
 
 
@@ -119,7 +122,7 @@ class Registry:
 
     def push_all(self) -> dict[str, str]:
         """Every image `make images` built, to this registry (skipping what it has)."""
-        return push_archives(ADDRESS, self.crane_env, {**PUSHED, PREVIOUS_ARCHIVE: PREVIOUS_OPERATOR})
+        return push_archives(ADDRESS, self.crane_env, {**PUSHED, **LOCAL_ONLY})
 
     def tag(self, ref: str, tag: str) -> str:
         """A new tag for an image the registry has (no layer moves); the new reference."""
@@ -240,7 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     if not (BIN_DIR / "crane").exists():
         raise SystemExit(f"push: no crane in {BIN_DIR}: `make binaries` builds it")
     started = time.monotonic()
-    for ref, digest in push_archives(registry, env).items():
+    try:
+        pushed = push_archives(registry, env)
+    except RuntimeError as err:  # crane's own words: no credentials, a CA this machine doesn't trust, ...
+        print(f"push: {err}", file=sys.stderr)
+        return 1
+    for ref, digest in pushed.items():
         print(f"{ref}@{digest}")
     print(f"pushed in {time.monotonic() - started:.0f}s", file=sys.stderr)
     return 0

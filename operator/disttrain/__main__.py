@@ -115,7 +115,7 @@ def _progress_settings(args: argparse.Namespace) -> Any:
     host = urlsplit(url).hostname or "127.0.0.1"
     return ProgressSettings(port=args.progress_port, url=url, secret=(namespace or "default", name),
                             hosts=(host, "localhost", "127.0.0.1"), status_seconds=args.progress_status_seconds,
-                            memory_mib=args.progress_memory_mib,
+                            memory_mib=args.progress_memory_mib, hook_image=args.hook_image or None,
                             pods=_endpoint_pods(args.progress_pods, args.progress_port) if args.progress_pods else None)
 
 

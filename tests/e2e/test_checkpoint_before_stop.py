@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,12 @@ JOB, STEPS, EPOCHS = "mnist-mwms", 4000, 2
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 
-def start(cluster: Cluster, ns: str, tmp_path: Path, follow: Follow,
-          labels: dict[str, str] | None = None) -> dict[str, LogFollower]:
+def start(cluster: Cluster, ns: str, tmp_path: Path, follow: Follow, labels: dict[str, str] | None = None,
+          edit_job: Callable[[dict[str, Any]], None] | None = None) -> dict[str, LogFollower]:
     def label(job: dict[str, Any]) -> None:
         job["metadata"].setdefault("labels", {}).update(labels or {})
+        if edit_job:
+            edit_job(job)
     apply_example(cluster, ns, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path,
                   env={"TRAIN_STEPS": str(STEPS), "EPOCHS": str(EPOCHS)}, edit_job=label)
     logs = follow(ns, wait_pods_running(cluster, ns, JOB, 2, timeout=180))
@@ -107,6 +110,42 @@ def test_a_suspend_saves_mid_epoch_and_the_job_resumes_at_that_step(cluster: Clu
     suspend(cluster, ns, False)
     resumed = resumed_at(cluster, ns, follow, checkpoint, "suspend")
     finish(cluster, ns, JOB, started, resumed, timing="mnist-mwms suspended mid-epoch and resumed")
+
+
+def in_a_plain_image(cluster: Cluster, ns: str) -> Callable[[dict[str, Any]], None]:
+    """The job edited to run in TensorFlow's image with nothing of ours (images/plain-tensorflow), the
+    example's script unchanged, from a ConfigMap where the images keep it."""
+    import registry
+
+    script = EXAMPLES / "multi-worker-mirrored" / "train.py"
+    cluster.kubectl("create", "configmap", "mwms-script", "-n", ns, f"--from-file=train.py={script}")
+
+    def edit(job: dict[str, Any]) -> None:
+        spec = job["spec"]["tensorflow"]["worker"]["template"]["spec"]
+        spec["volumes"].append({"name": "script", "configMap": {"name": "mwms-script"}})
+        for container in spec["containers"]:
+            container["image"] = registry.local(registry.PLAIN_TENSORFLOW)
+            container["volumeMounts"].append({"name": "script", "mountPath": str(script.parent).replace(
+                str(EXAMPLES), "/opt/disttrain/examples"), "readOnly": True})
+    return edit
+
+
+def test_an_image_without_our_package_gets_the_hook_reports_saves_and_resumes_at_that_step(
+        cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+    """The hook in any image (issue 44): the operator's init container brings disttrain_progress into
+    pods whose image has none of it; the unchanged example reports its progress, saves through the
+    zero-code Keras hook when a suspend asks, and resumes at that step."""
+    ns, started = job_namespace, time.monotonic()
+    start(cluster, ns, tmp_path, follow, edit_job=in_a_plain_image(cluster, ns))
+    pod = cluster.core.read_namespaced_pod(f"{JOB}-worker-0", ns)
+    assert [c.name for c in pod.spec.init_containers] == ["disttrain-hook"]
+    wait_for(lambda: (cluster.job_status(ns, JOB).get("progress") or {}).get("step"), 60, "a progress report")
+    old, asked = uids(cluster, ns), time.monotonic()
+    suspend(cluster, ns, True)
+    checkpoint = saved(cluster, ns, asked, "plain image, suspend", old)
+    suspend(cluster, ns, False)
+    resumed = resumed_at(cluster, ns, follow, checkpoint, "plain image, suspend")
+    finish(cluster, ns, JOB, started, resumed, timing="mnist-mwms in a plain TensorFlow image, suspended and resumed")
 
 
 def test_a_drained_pod_saves_on_its_sigterm_and_the_job_resumes_at_that_step(

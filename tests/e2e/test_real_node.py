@@ -95,22 +95,23 @@ def progress_drawn(cluster: Cluster, ns: str, job: str) -> list[str]:
     return out.splitlines()
 
 
-def test_multi_worker_mirrored(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+def test_the_readmes_first_job(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+    """examples/first-job, the README's and the chart's NOTES' first job, as they say to run it (its
+    image named as your registry serves it: apply_example), and what they show of it."""
     started = time.monotonic()
     table = TableWatch(cluster, job_namespace)
     # Long enough to watch: the status takes a report every 2 s (chart_operator).
-    apply_example(cluster, job_namespace, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path,
-                  env={"TRAIN_STEPS": "2000"})
-    logs = follow(job_namespace, wait_pods_running(cluster, job_namespace, "mnist-mwms", 2, timeout=180))
-    status = finish(cluster, job_namespace, "mnist-mwms", started, logs)
+    apply_example(cluster, job_namespace, EXAMPLES / "first-job" / "job.yaml", tmp_path, env={"TRAIN_STEPS": "2000"})
+    logs = follow(job_namespace, wait_pods_running(cluster, job_namespace, "mnist", 2, timeout=180))
+    status = finish(cluster, job_namespace, "mnist", started, logs)
     done = {name: f.wait_event(lambda e: e.get("event") == "done", "the final line") for name, f in logs.items()}
     assert len({d["weights_sha256"] for d in done.values()}) == 1, f"workers disagree: {done}"
-    losses = [e["loss"] for e in logs["mnist-mwms-worker-0"].events() if e.get("event") == "epoch_end"]
+    losses = [e["loss"] for e in logs["mnist-worker-0"].events() if e.get("event") == "epoch_end"]
     assert losses[-1] < losses[0], losses
     assert status["restarts"] == 0
-    assert_progress_shown(table.stop("mnist-mwms"), status, losses[-1], "mnist-mwms")
+    assert_progress_shown(table.stop("mnist"), status, losses[-1], "mnist")
     assert (status["progress"]["epoch"], status["progress"]["totalEpochs"]) == (4, 4), status["progress"]
-    drawn = progress_drawn(cluster, job_namespace, "mnist-mwms")
+    drawn = progress_drawn(cluster, job_namespace, "mnist")
     assert "Succeeded" in drawn[0] and "epoch 4/4" in drawn[0] and "100%" in drawn[0], drawn
     assert any(line.split()[:1] == ["loss"] for line in drawn), drawn
 

@@ -21,7 +21,8 @@ def hadolint() -> str:
 
 
 def test_there_is_an_image_for_each_part() -> None:
-    assert {p.parent.name for p in DOCKERFILES} == {"operator", "tensorflow", "horovod"}
+    # plain-tensorflow: TensorFlow with nothing of ours, for the test of the hook in any image.
+    assert {p.parent.name for p in DOCKERFILES} == {"operator", "tensorflow", "horovod", "plain-tensorflow"}
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)

@@ -38,6 +38,10 @@ def run_policy_schema() -> Schema:
                 "to save a checkpoint and waits this long for its confirmation; 0 stops at once.",
                 minimum=0, maximum=defaults.MAX_CHECKPOINT_GRACE_SECONDS,
                 default=defaults.CHECKPOINT_GRACE_SECONDS),
+            "injectProgressHook": {"type": "boolean", "default": defaults.INJECT_PROGRESS_HOOK, "description":
+                                   "true: where the operator has a hook image (the chart's default), every pod "
+                                   "gets disttrain_progress and its zero-code Keras hook from an init container, "
+                                   "whatever its image; false: the pods run their image as it is."},
             "scheduling": scheduling_schema(),
             "networkPolicy": immutable(network_policy_schema(), "runPolicy.networkPolicy"),
         },

@@ -25,6 +25,8 @@ ELASTIC_BELOW_MIN_GRACE_SECONDS = 120
 BACKOFF_LIMIT = 3
 CLEAN_POD_POLICY = "Running"
 SUSPEND = False
+# runPolicy.injectProgressHook: the hook in pods whose image lacks it, where the operator has a hook image.
+INJECT_PROGRESS_HOOK = True
 # How long a stop the operator chooses (a Kueue eviction or preemption, a suspend, the whole-job
 # restart after a drained pod) waits for the training to confirm a checkpoint
 # (decide/checkpoint_steps.py). Kueue bounds no integration's stop: a preemptor waits until the

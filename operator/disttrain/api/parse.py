@@ -90,6 +90,7 @@ def parse_run_policy(spec: Mapping[str, Any]) -> RunPolicy:
         clean_pod_policy=CleanPodPolicy(run_raw.get("cleanPodPolicy", defaults.CLEAN_POD_POLICY)),
         suspend=bool(run_raw.get("suspend", defaults.SUSPEND)),
         checkpoint_grace_seconds=int(run_raw.get("checkpointGraceSeconds", defaults.CHECKPOINT_GRACE_SECONDS)),
+        inject_progress_hook=bool(run_raw.get("injectProgressHook", defaults.INJECT_PROGRESS_HOOK)),
         scheduling=Scheduling(scheduler_name=sched_raw.get("schedulerName"), gang=parse_gang(sched_raw.get("gang")),
                               queue=sched_raw.get("queue"), priority_class_name=sched_raw.get("priorityClassName")),
         network_policy=parse_network_policy(run_raw.get("networkPolicy")),

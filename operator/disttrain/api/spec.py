@@ -159,6 +159,7 @@ class RunPolicy:
     clean_pod_policy: CleanPodPolicy = CleanPodPolicy(defaults.CLEAN_POD_POLICY)
     suspend: bool = defaults.SUSPEND
     checkpoint_grace_seconds: int = defaults.CHECKPOINT_GRACE_SECONDS
+    inject_progress_hook: bool = defaults.INJECT_PROGRESS_HOOK
     scheduling: Scheduling = field(default_factory=Scheduling)
     network_policy: NetworkIsolation | None = None  # None: no NetworkPolicy
 

@@ -18,7 +18,7 @@ from typing import Any
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.progress import reporter_role
 from disttrain.api.spec import GangProvider, JobSpec
-from disttrain.builders import checkpoint, gloo, mpi, network, pods, progress, scheduling, tensorflow
+from disttrain.builders import checkpoint, gloo, hook, mpi, network, pods, progress, scheduling, tensorflow
 
 
 def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | None = None,
@@ -41,6 +41,8 @@ def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | No
         pod = progress.pod_additions(pod, ref, report_to, role)
     if report_to is not None:  # a checkpoint is asked for only where it can be confirmed
         pod = checkpoint.pod_additions(pod)
+        if report_to.hook_image and spec.run_policy.inject_progress_hook:
+            pod = hook.pod_additions(pod, report_to.hook_image)
     return scheduling.pod_fields(ref, spec, provider, pod)
 
 

@@ -50,6 +50,7 @@ class ProgressEndpoint:
     url: str
     ca: str
     pods: EndpointPods | None = None
+    hook_image: str | None = None  # the image whose init container brings the hook (builders/hook.py)
 
 
 def report_url(endpoint: ProgressEndpoint, job: JobRef) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from disttrain import __version__
 from disttrain.api.constants import REPLICA_INDEX_LABEL
 from disttrain.api.objects import JobRef
 from disttrain.api.parse import parse_spec
@@ -34,7 +35,8 @@ CHART_ENDPOINT = ProgressEndpoint(
     url=f"https://{_RELEASE}-progress.{_NAMESPACE}.svc:8443",
     ca=f"<the endpoint's CA (PEM), from Secret {_NAMESPACE}/{_RELEASE}-progress-tls>",
     pods=EndpointPods(_NAMESPACE, (("app.kubernetes.io/instance", "<release>"),
-                                   ("app.kubernetes.io/name", "disttrain-operator")), 8443))
+                                   ("app.kubernetes.io/name", "disttrain-operator")), 8443),
+    hook_image=f"<registry>/disttrain/operator:{__version__}")
 
 
 def render_objects(job: dict[str, Any], spec: JobSpec | None = None, progress: bool = True) -> list[dict[str, Any]]:

@@ -185,6 +185,7 @@ class RunPolicy(_Object):
     clean_pod_policy: CleanPodPolicy | None = None
     suspend: bool | None = None
     checkpoint_grace_seconds: int | None = None
+    inject_progress_hook: bool | None = None
     scheduling: Scheduling | None = None
     network_policy: NetworkPolicy | None = None
 

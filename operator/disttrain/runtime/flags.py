@@ -61,6 +61,10 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--progress-pods", metavar="NAMESPACE/KEY=VALUE[,KEY=VALUE...]",
                      help="the pods serving the endpoint (the chart's operator pods): a job's NetworkPolicy with "
                      "egress PeersAndDNS lets its pods report to them")
+    run.add_argument("--hook-image", default="",
+                     help="with --progress-port: an image holding disttrain_progress (the operator's own) whose init "
+                     "container gives every job's pods the progress and checkpoint hook, whatever their image "
+                     "(runPolicy.injectProgressHook); empty: none")
     run.add_argument("--progress-memory-mib", type=bounded(int, 128), default=384,
                      help="the progress endpoint's process's memory bound (it runs apart from the controller)")
     run.add_argument("--name-reuse-seconds", type=bounded(float, 0, 3600), default=6.0,

@@ -42,6 +42,7 @@ class ProgressSettings:
     status_seconds: float  # a job's reported progress is written at most once in this long
     memory_mib: int = 384  # the endpoint's process's memory bound
     pods: EndpointPods | None = None  # the pods serving it (the chart's), for the jobs' NetworkPolicies
+    hook_image: str | None = None  # --hook-image: the init container's image that brings the hook
 
 
 @kopf.on.login()
@@ -80,7 +81,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     kube = Kube(rest)
     progress: ProgressSettings | None = memo.get("progress")
     cert = await serving_cert.ensure(kube, *progress.secret, progress.hosts) if progress else None
-    report_to = ProgressEndpoint(progress.url, cert.ca.decode(), progress.pods) if progress and cert else None
+    report_to = ProgressEndpoint(progress.url, cert.ca.decode(), progress.pods, progress.hook_image) \
+        if progress and cert else None
     controller = Controller(kube, workers=int(memo.get("workers", 16)),
                             resync_seconds=float(memo.get("resync_seconds", RESYNC_SECONDS)), report_to=report_to,
                             progress_interval=progress.status_seconds if progress else REPORTED_PROGRESS_INTERVAL,
