@@ -129,7 +129,8 @@ bench-checkpoint: venv binaries node images ## steps redone after a stop, with a
 	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests/e2e/bench_lost_work.py -s $(PYTEST_ARGS)
 
 REAL_NODE ?=
-push: venv binaries images ## push the images to REGISTRY=host[:port]/path (default: the local plane's) and print their digests
+push: venv images ## push the images to REGISTRY=host[:port]/path (default: the local plane's) and print their digests
+	hack/build-binaries.sh crane
 	$(PY) hack/registry.py push $(if $(REGISTRY),--registry $(REGISTRY))
 
 cluster-up: venv binaries $(if $(REAL_NODE),node images) ## a local plane with 4 fake GPU nodes (REAL_NODE=1: and a real one)

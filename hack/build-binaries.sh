@@ -12,6 +12,21 @@ export GOFLAGS=${GOFLAGS:--trimpath}
 export CGO_ENABLED=0
 
 need() { [ -x "$1" ] || { echo "building $(basename "$1") ..." >&2; return 0; }; return 1; }
+# go install puts a module's command in GOBIN; one folder per version keeps them apart.
+install_tool() { # name module version [go build flags]
+  local dir=$BIN_ROOT/$1-$3
+  if need "$dir/$1"; then
+    GOBIN=$dir.tmp go install -ldflags "-s -w" "${@:4}" "$2@$3"
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+  fi
+}
+
+# `make push` needs crane alone: `hack/build-binaries.sh crane`.
+if [ "${1:-}" = crane ]; then
+  install_tool crane github.com/google/go-containerregistry/cmd/crane "$GO_CONTAINERREGISTRY_VERSION"
+  ln -sfn "$BIN_ROOT/crane-$GO_CONTAINERREGISTRY_VERSION/crane" "$BIN_ROOT/crane"
+  exit 0
+fi
 
 # Two module graphs, one `go build` each. The control plane, kubectl and the real node's kubelet
 # and kube-proxy at KUBERNETES_VERSION, from its own graph (hack/kube-v1.<minor>, by
@@ -89,14 +104,6 @@ if need "$etcd_bin"; then
   mv "$etcd_bin.tmp" "$etcd_bin"
 fi
 
-# go install puts a module's command in GOBIN; one folder per version keeps them apart.
-install_tool() { # name module version [go build flags]
-  local dir=$BIN_ROOT/$1-$3
-  if need "$dir/$1"; then
-    GOBIN=$dir.tmp go install -ldflags "-s -w" "${@:4}" "$2@$3"
-    rm -rf "$dir"; mv "$dir.tmp" "$dir"
-  fi
-}
 # KWOK from hack/kwok's graph, with easycel's type caches guarded (hack/kwok/tools.go says why):
 # the patch is applied to the module's own source, copied into .cache/src, which go.mod replaces.
 kwok_dir=$BIN_ROOT/kwok-$KWOK_VERSION-$(sha1sum hack/kwok/easycel-guard.patch | cut -c1-8)

@@ -7,14 +7,16 @@ The folder becomes the training containers' PYTHONUSERBASE (read-only there): Py
 <folder>/lib/python3.X/site-packages at start-up, before the image's own site-packages, and runs
 the `.pth` file written there for each Python 3 minor version, which
 
-1. puts <folder>/lib (this package) on sys.path;
+1. puts <folder>/lib (this package) on sys.path, unless the image has disttrain_progress in its
+   site-packages (our images): then that copy, the image's own, is the one that runs;
 2. adds back the user site-packages PYTHONUSERBASE displaced (~/.local/lib/python3.X/site-packages),
    so a `pip install --user` in the image still counts;
-3. imports `disttrain_progress.startup` inside a job's pod, as the images' own `.pth` does.
+3. imports `disttrain_progress.startup` inside a job's pod, as the images' own `.pth` does, if this
+   copy is the one on sys.path.
 
-The image's PYTHONPATH, sitecustomize and site-packages are left as they are: nothing here replaces
-them. A Python that skips the user site doesn't load it: a virtualenv made without
---system-site-packages, `python -s`, PYTHONNOUSERSITE (docs/api.md, "The hook in any image").
+The image's PYTHONPATH and sitecustomize are left as they are: nothing here replaces them. A Python
+that skips the user site doesn't load it: a virtualenv made without --system-site-packages,
+`python -s`, PYTHONNOUSERSITE (docs/api.md, "The hook in any image").
 
 Standard library only, so the init container needs nothing but Python.
 """
@@ -26,11 +28,20 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
-MINORS = range(6, 16)  # python3.6 .. python3.15: one .pth each (the folder name carries the version)
+# python3.9 .. python3.15, one .pth each (the folder name carries the version): the package needs 3.9, and
+# an older Python finds no .pth to fail on.
+MINORS = range(9, 16)
 # A .pth file runs a line that starts with "import", one line each: no wrapping.
-USER_SITE_BACK = ('import os, site, sys; site.addsitedir(os.path.join(os.path.expanduser("~"), ".local", "lib", '
-                  '"python%d.%d" % sys.version_info[:2], "site-packages"))')
-PTH = "{lib}\n" + USER_SITE_BACK + "\n{hook}\n"
+# 1. This package on sys.path, unless the image's site-packages has its own (our images' disttrain.pth, or
+#    a pip-installed disttrain_progress): then the image's copy is the one imported, and it starts itself.
+OURS_UNLESS_THE_IMAGES = ('import os, site, sys; any(os.path.exists(os.path.join(d, n)) '
+                          'for d in site.getsitepackages() for n in ("disttrain.pth", "disttrain_progress")) '
+                          'or sys.path.append({lib!r})')
+# 2. The user site-packages PYTHONUSERBASE displaced (~/.local), where a home is known.
+USER_SITE_BACK = ('import os, site, sys; os.path.expanduser("~") != "~" and site.addsitedir(os.path.join('
+                  'os.path.expanduser("~"), ".local", "lib", "python%d.%d" % sys.version_info[:2], "site-packages"))')
+# 3. The hook started, if this copy is the one on sys.path.
+STARTED_IF_OURS = "import os, sys; {lib!r} in sys.path and {hook}"
 
 
 # The images' own .pth import line (disttrain.pth's second line; a unit test holds them equal): both
@@ -44,7 +55,8 @@ def install(folder: Path) -> None:
     target = lib / PACKAGE.name
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pth"))
-    pth = PTH.format(lib=lib, hook=HOOK_LINE)
+    pth = "\n".join([OURS_UNLESS_THE_IMAGES.format(lib=str(lib)), USER_SITE_BACK,
+                     STARTED_IF_OURS.format(lib=str(lib), hook=HOOK_LINE.removeprefix("import os; "))]) + "\n"
     for minor in MINORS:
         site_packages = lib / f"python3.{minor}" / "site-packages"
         site_packages.mkdir(parents=True, exist_ok=True)

@@ -101,7 +101,7 @@ def test_the_readmes_first_job(cluster: Cluster, job_namespace: str, tmp_path: P
     started = time.monotonic()
     table = TableWatch(cluster, job_namespace)
     # Long enough to watch: the status takes a report every 2 s (chart_operator).
-    apply_example(cluster, job_namespace, EXAMPLES / "first-job" / "job.yaml", tmp_path, env={"TRAIN_STEPS": "2000"})
+    apply_example(cluster, job_namespace, EXAMPLES / "first-job" / "job.yaml", tmp_path)
     logs = follow(job_namespace, wait_pods_running(cluster, job_namespace, "mnist", 2, timeout=180))
     status = finish(cluster, job_namespace, "mnist", started, logs)
     done = {name: f.wait_event(lambda e: e.get("event") == "done", "the final line") for name, f in logs.items()}

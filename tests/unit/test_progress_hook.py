@@ -34,7 +34,9 @@ def test_every_pod_gets_the_hook_from_an_init_container_of_the_operators_image()
     init = pod["spec"]["initContainers"][-1]
     assert (init["name"], init["image"]) == (hook.INIT_CONTAINER, IMAGE)
     assert init["command"] == ["python", "-m", "disttrain_progress.install", hook.HOOK_DIR]
-    assert init["securityContext"]["runAsNonRoot"] and init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    security = init["securityContext"]
+    assert security["runAsNonRoot"] and security["runAsUser"] == 65532 and security["capabilities"] == {"drop": ["ALL"]}
+    assert init["resources"]["requests"] == init["resources"]["limits"]  # a Guaranteed pod stays Guaranteed
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == hook.VOLUME)
     assert volume["emptyDir"]["sizeLimit"] == "16Mi"
     for container in pod["spec"]["containers"]:
@@ -110,3 +112,22 @@ def test_a_python_with_the_hook_as_its_user_base_starts_the_hook_in_a_jobs_pod(i
                   {k: v for k, v in env.items() if k != "DISTTRAIN_CHECKPOINT_DIR"}) == "False"
     assert python("import sys; print('disttrain_progress.startup' in sys.modules)",
                   {**env, "DISTTRAIN_KERAS_HOOK": "0"}) == "False"
+
+
+def test_an_image_with_its_own_disttrain_progress_keeps_it(installed: Path, tmp_path: Path) -> None:
+    """Our images (and any with the package in its site-packages) import their own copy, not the
+    operator's: a training image newer or older than the operator keeps the API it was built with."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    venv = tmp_path / "image"
+    subprocess.run([base, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    image_lib = tmp_path / "image-lib"
+    (image_lib / "disttrain_progress").mkdir(parents=True)
+    (image_lib / "disttrain_progress" / "__init__.py").write_text("WHOSE = 'the image'\n")
+    site_packages = next((venv / "lib").glob("python3.*/site-packages"))
+    (site_packages / "disttrain.pth").write_text(f"{image_lib}\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONUSERBASE": str(installed),
+           "DISTTRAIN_CHECKPOINT_DIR": str(tmp_path / "checkpoint")}
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys, disttrain_progress; "
+                           "print(disttrain_progress.WHOSE, sys.argv[1] in sys.path)",
+                           str(installed / "lib")], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["the", "image", "False"], done.stdout + done.stderr
