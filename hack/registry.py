@@ -112,6 +112,11 @@ class Registry:
                      "tls": {"certificate": str(self.pki / "registry.crt"), "key": str(self.pki / "registry.key")}},
             "auth": {"htpasswd": {"realm": "disttrain-local", "path": str(self.dir / "htpasswd")}},
         }, indent=2))
+        # What an earlier plane pushed and a later push untagged (each rebuilt operator image) goes, so the
+        # storage kept across planes holds the images as they are now, not every build of them.
+        collected = subprocess.run([str(BIN_DIR / "registry"), "garbage-collect", "--delete-untagged", str(config)],
+                                   capture_output=True, text=True, timeout=300)
+        (self.dir / "garbage-collect.log").write_text(collected.stdout + collected.stderr)
         spawn("registry", [str(BIN_DIR / "registry"), "serve", str(config)])
         wait("the image registry answering", lambda: answers(self.ca), deadline)
 

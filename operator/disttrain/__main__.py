@@ -254,8 +254,10 @@ def _operate(args: argparse.Namespace, health: Health, identity: str) -> None:
     from disttrain.apiserver.credentials import login
     from disttrain.runtime.preflight import wait_for_crd
 
-    health.lead()
+    # Ready only once the CRD is one this operator can run on: an upgrade that skipped applying it
+    # leaves the new pod not Ready (`helm upgrade --wait` fails, its log says what to apply).
     asyncio.run(wait_for_crd(logging.getLogger("disttrain"), login))
+    health.lead()
     memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds,
                      name_reuse_seconds=args.name_reuse_seconds, namespaces=list(args.namespace),
                      gpu_device_classes=list(args.gpu_device_class),

@@ -1,7 +1,8 @@
 """From the previous release to this one with jobs running, as the README's upgrade steps say, on the
 real node: the previous chart and operator image (hack/releases.py) installed, a TensorFlow job and a
-Gloo job started, then this release's CRD applied (`helm upgrade` never updates a chart's CRDs) and
-the chart upgraded. The jobs' pods start training only once the upgrade is done (they wait for a
+Gloo job started, the chart upgraded with the CRD step forgotten (the new operator names what the old
+CRD lacks and stays not Ready), then this release's CRD applied (`helm upgrade` never updates a
+chart's CRDs). The jobs' pods start training only once the upgrade is done (they wait for a
 file the test writes: how long an upgrade and a training take here varies, and a job that ended
 before it proves nothing). Both jobs finish Succeeded on the pods they had: the upgrade restarted none. Then
 `helm rollback`: the previous operator runs a job again, on the newer CRD."""
@@ -34,12 +35,12 @@ def helm(cluster: Cluster, *args: str) -> str:
     return done.stdout
 
 
-def pulls_from_the_registry(*image: str) -> list[str]:
+def pulls_from_the_registry(*image: str, wait: bool = True) -> list[str]:
     import registry
 
     return ["--set", f"imagePullSecrets[0].name={registry.PULL_SECRET}", *image,
             # Progress is written every 2 s (the chart's default is 15): these trainings last a minute.
-            "--set", "progress.statusIntervalSeconds=2", "--wait", "--timeout", "180s"]
+            "--set", "progress.statusIntervalSeconds=2", *(["--wait", "--timeout", "180s"] if wait else [])]
 
 
 def operator_image(cluster: Cluster, release: str) -> str:
@@ -119,11 +120,19 @@ def test_an_upgrade_with_jobs_running_restarts_none_of_their_pods_and_rolls_back
                  {"horovod-gloo-worker-0", "horovod-gloo-worker-1", "horovod-gloo-worker-2"})
     before = pod_runs(cluster, job_namespace)
 
+    # The CRD step forgotten first: the new operator names what the old CRD lacks and stays not Ready.
     started = time.monotonic()
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / CRD))
     helm(cluster, "upgrade", RELEASE, str(ROOT / "charts" / "disttrain-operator"), "-n", release,
-         *pulls_from_the_registry("--set", f"image.registry={registry.ADDRESS}"))
-    record_timing("e2e", "helm upgrade with two jobs running", time.monotonic() - started)
+         *pulls_from_the_registry("--set", f"image.registry={registry.ADDRESS}", wait=False))
+    said = wait_for(lambda: "older than this operator" in (out := cluster.kubectl(
+        "logs", "-n", release, "-l", OPERATOR, "--tail=50", check=False).stdout) and out, 120,
+        "the new operator naming the old CRD")
+    assert "spec.runPolicy.injectProgressHook" in said and "kubectl apply --server-side" in said, said
+    pod = next(p for p in cluster.pods(release, OPERATOR) if not p.metadata.deletion_timestamp)
+    assert not any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []), "Ready on an old CRD"
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / CRD))
+    cluster.kubectl("rollout", "status", "deploy", "-n", release, "-l", OPERATOR, "--timeout=120s")
+    record_timing("e2e", "helm upgrade with two jobs running, the CRD applied after", time.monotonic() - started)
     assert operator_image(cluster, release) == registry.local(registry.OPERATOR)
     phases = {name: cluster.job_status(job_namespace, name).get("phase") for name in ("mnist-mwms", "horovod-gloo")}
     assert set(phases.values()) == {"Running"}, phases
