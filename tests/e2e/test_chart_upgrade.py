@@ -149,7 +149,10 @@ def test_an_upgrade_with_jobs_running_restarts_none_of_their_pods_and_rolls_back
 
     helm(cluster, "rollback", RELEASE, "1", "-n", release, "--wait", "--timeout", "180s")
     assert operator_image(cluster, release) == registry.local(registry.PREVIOUS_OPERATOR)
-    assert pod_runs(cluster, job_namespace) == after, "the rollback touched the finished jobs' pods"
+    # None made or restarted: the pods the finished jobs still had may go meanwhile (cleanPodPolicy
+    # deletes those running at the end, a pass after the end: a fresh clone's run saw it here).
+    now = pod_runs(cluster, job_namespace)
+    assert set(now) <= set(after) and now == {name: after[name] for name in now}, (now, after)
     cluster.apply(job("after-rollback", {"tensorflow": {"worker": replica(
         1, "Never", command=["python", "-c", "print('the previous operator runs jobs again')"], cpu="500m")}}),
         namespace=job_namespace)

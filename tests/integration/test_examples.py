@@ -17,8 +17,8 @@ EXAMPLES = sorted((ROOT / "examples").glob("*/job*.yaml"))
 
 def test_there_are_examples_for_every_shape() -> None:
     names = {p.parent.name for p in EXAMPLES}
-    assert names == {"multi-worker-mirrored", "parameter-server", "mirrored-single-pod", "tf1-between-graph",
-                     "horovod", "horovod-elastic", "horovod-gloo", "horovod-dra"}
+    assert names == {"first-job", "multi-worker-mirrored", "parameter-server", "mirrored-single-pod",
+                     "tf1-between-graph", "horovod", "horovod-elastic", "horovod-gloo", "horovod-dra"}
     assert {p.name for p in EXAMPLES if p.parent.name in ("multi-worker-mirrored", "horovod")} >= {"job-gpu.yaml"}
 
 
