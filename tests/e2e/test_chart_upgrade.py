@@ -91,6 +91,9 @@ def chart_aside(cluster: Cluster, chart_operator: str) -> Iterator[None]:
 def release(cluster: Cluster, chart_aside: None) -> Iterator[str]:
     name = pinned_namespace(cluster, f"upgrade-{uuid.uuid4().hex[:6]}")
     yield name
+    # What a failed run's report needs (pytest shows a test's captured output only when it failed).
+    print(cluster.kubectl("get", "pods,dtj", "-A", "-o", "wide", check=False).stdout)
+    print(cluster.kubectl("logs", "-n", name, "-l", OPERATOR, "--tail=60", "--prefix", check=False).stdout)
     # As the chart_operator fixture: the operator stopped before helm deletes its Roles.
     cluster.kubectl("scale", "deploy", "-n", name, "-l", OPERATOR, "--replicas=0", check=False)
     cluster.kubectl("wait", "--for=delete", "pod", "-n", name, "-l", OPERATOR, "--timeout=60s", check=False)
