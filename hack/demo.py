@@ -200,8 +200,7 @@ def install_operator(cluster: LocalCluster, env: dict[str, str], root: Path,
     """The chart, installed. On a real node the operator runs from its image in its pod; with KWOK
     alone (no container runs), as a process here with the chart's ServiceAccount (impersonated)."""
     # On the real node the image is pulled from the plane's registry with a pull secret, as on a cluster of yours.
-    pulls = ["--set", f"image.registry={registry.ADDRESS}",
-             "--set", f"imagePullSecrets[0].name={registry.PULL_SECRET}"] if in_cluster else []
+    pulls = registry.Registry.helm_values() if in_cluster else []
     print(f"==> helm install disttrain charts/disttrain-operator -n {RELEASE_NS} {' '.join(pulls)}".rstrip())
     if in_cluster:
         sh("kubectl", "apply", "-f", "-", input=json.dumps(realnode.pinned_namespace(RELEASE_NS)), env=env, quiet=True)

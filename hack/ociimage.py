@@ -76,3 +76,12 @@ def _add_bytes(archive: tarfile.TarFile, name: str, data: bytes) -> None:
     info.size = len(data)
     info.mode = 0o644
     archive.addfile(info, io.BytesIO(data))
+
+
+def archive_manifest(archive: Path) -> dict[str, Any]:
+    """The image's entry in an OCI archive's index.json (ours, or buildah's `oci-archive:`): its
+    digest and annotations."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None
+        return dict(json.load(member)["manifests"][0])

@@ -29,7 +29,6 @@ import os
 import re
 import shlex
 import subprocess
-import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +38,7 @@ import netpolicy
 import nodedra
 import pki
 import registry
+from ociimage import archive_manifest
 from ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -340,10 +340,7 @@ def import_pause_image() -> None:
 
 
 def archive_image(archive: Path) -> tuple[str, str]:
-    with tarfile.open(archive) as tar:
-        member = tar.extractfile("index.json")
-        assert member is not None
-        manifest = json.load(member)["manifests"][0]
+    manifest = archive_manifest(archive)
     annotations = manifest["annotations"]
     # hack/ociimage.py names the image for containerd; buildah's archives in the OCI ref name.
     return annotations.get("io.containerd.image.name") or annotations["org.opencontainers.image.ref.name"], \

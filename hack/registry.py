@@ -37,6 +37,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 import pki
 import releases
+from ociimage import archive_manifest
 from version import VERSION
 
 REPO = Path(__file__).resolve().parent.parent
@@ -137,6 +138,12 @@ class Registry:
     def pull_secret(self, namespace: str) -> dict[str, Any]:
         return pull_secret(namespace, ADDRESS, USER, self.password)
 
+    @staticmethod
+    def helm_values() -> list[str]:
+        """`helm install`'s flags for the chart's operator to be pulled from here: the registry, and
+        the pull secret the release's namespace gets from namespace_pulls."""
+        return ["--set", f"image.registry={ADDRESS}", "--set", f"imagePullSecrets[0].name={PULL_SECRET}"]
+
     def namespace_pulls(self, namespace: str) -> dict[str, Any]:
         """The pull secret and the default ServiceAccount naming it, as one List for `kubectl apply
         --server-side` (which creates the ServiceAccount if its controller hasn't yet)."""
@@ -202,13 +209,6 @@ def crane(*argv: str, env: dict[str, str]) -> str:
     return done.stdout.strip()
 
 
-def archive_digest(archive: Path) -> str:
-    with tarfile.open(archive) as tar:
-        member = tar.extractfile("index.json")
-        assert member is not None
-        return str(json.load(member)["manifests"][0]["digest"])
-
-
 def push_archives(registry: str, env: dict[str, str], images: dict[str, str] = PUSHED) -> dict[str, str]:
     """Push each image archive (`images`: archive name to reference) to `registry` (host[:port][/path]);
     its digest by reference. An image the registry already has at that reference, by digest, is not
@@ -218,7 +218,7 @@ def push_archives(registry: str, env: dict[str, str], images: dict[str, str] = P
         archive = IMAGE_ARCHIVES / f"{name}.tar"
         if not archive.exists():
             raise SystemExit(f"push: no {archive}: `make images` builds it")
-        dest, digest = f"{registry}/{ref}", archive_digest(archive)
+        dest, digest = f"{registry}/{ref}", str(archive_manifest(archive)["digest"])
         there = subprocess.run([str(BIN_DIR / "crane"), "digest", dest], env=env, text=True,
                                capture_output=True)
         if there.returncode != 0 or there.stdout.strip() != digest:
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("push: no REGISTRY given and no local plane's registry (make cluster-up REAL_NODE=1)")
         registry, env = ADDRESS, local_registry.crane_env
     if not (BIN_DIR / "crane").exists():
-        raise SystemExit(f"push: no crane in {BIN_DIR}: `make binaries` builds it")
+        raise SystemExit(f"push: no crane in {BIN_DIR}: `hack/build-binaries.sh crane` builds it (make push does)")
     started = time.monotonic()
     try:
         pushed = push_archives(registry, env)

@@ -41,8 +41,7 @@ def chart_operator(crd: Cluster, operator: OperatorProcess, real_node: str) -> I
     # Progress is written every 2 s (the chart's default is 15): these trainings last under a minute.
     # The real node's DRA driver's class counts as GPUs (hack/nodedra.py, test_dra_real_node.py).
     subprocess.run([str(HELM), "install", "disttrain", str(ROOT / "charts" / "disttrain-operator"), "-n", release,
-                    "--set", f"image.registry={registry.ADDRESS}",
-                    "--set", f"imagePullSecrets[0].name={registry.PULL_SECRET}",
+                    *registry.Registry.helm_values(),
                     "--set", "progress.statusIntervalSeconds=2",
                     "--set-json", f'dra.gpuDeviceClasses=["{FAKE_GPU_CLASS}"]',
                     "--wait", "--timeout", "180s"], env=crd.env(),

@@ -97,9 +97,9 @@ async def _crd_problem(rest: Rest) -> str | None:
     served = next((v for crd in listed.get("items") or () for v in crd["spec"]["versions"] if v["name"] == VERSION),
                   None)
     schema = ((served or {}).get("schema") or {}).get("openAPIV3Schema") or {}
+    ours, theirs = job_schema()["properties"], schema.get("properties") or {}
     missing = [field for part in ("spec", "status")
-               for field in missing_fields(job_schema()["properties"][part],
-                                           (schema.get("properties") or {}).get(part) or {}, part)]
+               for field in missing_fields(ours[part], theirs.get(part) or {}, part)]
     if not missing:
         return None
     return (f"the DistTrainJob CRD installed is older than this operator (its schema has no {', '.join(missing)}): "
