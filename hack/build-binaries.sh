@@ -12,11 +12,17 @@ export GOFLAGS=${GOFLAGS:--trimpath}
 export CGO_ENABLED=0
 
 need() { [ -x "$1" ] || { echo "building $(basename "$1") ..." >&2; return 0; }; return 1; }
+# What each build cost, in CI's log: a new machine's `make test` is mostly these (issue 45).
+timed() { # what command...
+  local started=$SECONDS
+  "${@:2}"
+  echo "built $1 in $((SECONDS - started)) s" >&2
+}
 # go install puts a module's command in GOBIN; one folder per version keeps them apart.
 install_tool() { # name module version [go build flags]
   local dir=$BIN_ROOT/$1-$3
   if need "$dir/$1"; then
-    GOBIN=$dir.tmp go install -ldflags "-s -w" "${@:4}" "$2@$3"
+    GOBIN=$dir.tmp timed "$1" go install -ldflags "-s -w" "${@:4}" "$2@$3"
     rm -rf "$dir"; mv "$dir.tmp" "$dir"
   fi
 }
@@ -59,7 +65,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   done
   mkdir -p "$BIN_ROOT"  # a new machine has no .cache/bin yet
   tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
-  (cd hack/kube && go build -ldflags "$ldflags" -o "$tmp/" "${packages[@]}")
+  (cd hack/kube && timed "${missing[*]}" go build -ldflags "$ldflags" -o "$tmp/" "${packages[@]}")
   mkdir -p "$clients_dir"
   mv "$tmp"/* "$clients_dir/"; rmdir "$tmp"
 fi
@@ -69,7 +75,7 @@ DISTTRAIN_BUILD_ROOT=$BIN_ROOT hack/build-kube-version.sh "$KUBERNETES_VERSION" 
 vc_dir=$BIN_ROOT/volcano-$VOLCANO_VERSION
 if need "$vc_dir/vc-scheduler"; then
   mkdir -p "$vc_dir"
-  (cd hack/volcano && go build -ldflags "-s -w" -o "$vc_dir/vc-scheduler.tmp" volcano.sh/volcano/cmd/scheduler)
+  (cd hack/volcano && timed vc-scheduler go build -ldflags "-s -w" -o "$vc_dir/vc-scheduler.tmp" volcano.sh/volcano/cmd/scheduler)
   mv "$vc_dir/vc-scheduler.tmp" "$vc_dir/vc-scheduler"
 fi
 
@@ -77,7 +83,7 @@ fi
 dra_dir=$BIN_ROOT/dra-example-driver-$DRA_EXAMPLE_DRIVER_VERSION
 if need "$dra_dir/dra-example-kubeletplugin"; then
   mkdir -p "$dra_dir"
-  (cd hack/volcano && go build -ldflags "-s -w" -o "$dra_dir/dra-example-kubeletplugin.tmp" \
+  (cd hack/volcano && timed dra-example-kubeletplugin go build -ldflags "-s -w" -o "$dra_dir/dra-example-kubeletplugin.tmp" \
      sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin)
   mv "$dra_dir/dra-example-kubeletplugin.tmp" "$dra_dir/dra-example-kubeletplugin"
 fi
@@ -100,7 +106,7 @@ chmod -R u+w "$crds"
 etcd_bin=$BIN_ROOT/etcd-$ETCD_VERSION/etcd
 if need "$etcd_bin"; then
   mkdir -p "$(dirname "$etcd_bin")"
-  (cd hack/etcd && go build -ldflags "-s -w" -o "$etcd_bin.tmp" .)
+  (cd hack/etcd && timed etcd go build -ldflags "-s -w" -o "$etcd_bin.tmp" .)
   mv "$etcd_bin.tmp" "$etcd_bin"
 fi
 
@@ -115,7 +121,7 @@ if need "$kwok_dir/kwok"; then
   patch_file=$PWD/hack/kwok/easycel-guard.patch
   (cd "$guarded" && git apply -p1 "$patch_file")
   mkdir -p "$kwok_dir"
-  (cd hack/kwok && go build -ldflags "-s -w" -o "$kwok_dir/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok)
+  (cd hack/kwok && timed kwok go build -ldflags "-s -w" -o "$kwok_dir/kwok.tmp" sigs.k8s.io/kwok/cmd/kwok)
   mv "$kwok_dir/kwok.tmp" "$kwok_dir/kwok"
 fi
 # The real node's containerd, its runc shim and ctr, each from containerd's own module graph (`go

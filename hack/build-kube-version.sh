@@ -37,7 +37,9 @@ if [ ${#missing[@]} -gt 0 ]; then
    -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z -X $pkg.gitCommit=module-proxy-$version"
   mkdir -p "$BIN_ROOT"
   tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
+  started=$SECONDS
   (cd "$graph" && go build -ldflags "$ldflags" -o "$tmp/" "${missing[@]}")
+  echo "built Kubernetes $version's ${missing[*]##*/} in $((SECONDS - started)) s" >&2
   mkdir -p "$dir"; mv "$tmp"/* "$dir/"; rmdir "$tmp"
 fi
 
