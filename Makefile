@@ -91,10 +91,15 @@ integration: venv binaries previous-plane tf-venv mpi-e2e ## integration tests o
 e2e: venv binaries node images ## the examples from kubectl apply to Succeeded on a real node, the operator in-cluster
 	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
-# The README's test command: lint, unit tests, then integration and e2e tests on a real local
-# cluster (KWOK nodes and a real one).
-test: lint binaries previous-plane tf-venv mpi-e2e node images ## what CI runs: lint, then every test
-	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests $(PYTEST_ARGS)
+# The README's test command: lint, then every test in two lanes at once (hack/testlanes.py): the
+# images and then the e2e tests on a plane with the real node; meanwhile the unit, integration and
+# quick chaos tests on a KWOK-only one.
+# The builds at once (make -j): a new machine's Go builds keep both cores busy while pip and apt
+# mostly wait on the network (the apt steps take a lock in turn).
+TEST_PREREQUISITES := lint binaries previous-plane tf-venv mpi-e2e node
+test: ## what CI runs: lint, then every test
+	$(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_PREREQUISITES)
+	$(PY) hack/testlanes.py $(PYTEST_ARGS)
 
 # The integration suite on each supported Kubernetes minor (hack/versions.env); the versions besides
 # the default add their control plane's build (cached; the previous minor's shares hack/kube's graph).

@@ -8,7 +8,9 @@ GO=$(hack/ensure-go.sh)
 export PATH="$(dirname "$GO"):$PATH"
 
 BIN_ROOT=${DISTTRAIN_BIN_ROOT:-$PWD/.cache/bin}
-export GOFLAGS=${GOFLAGS:--trimpath}
+# No DWARF: -ldflags -w drops it from the binaries anyway, and not making it saves ~12% of each
+# compile (etcd: 45 s -> 39 s from an empty GOCACHE, twice each).
+export GOFLAGS=${GOFLAGS:--trimpath -gcflags=all=-dwarf=false}
 export CGO_ENABLED=0
 
 need() { [ -x "$1" ] || { echo "building $(basename "$1") ..." >&2; return 0; }; return 1; }

@@ -1,6 +1,7 @@
 """Free loopback ports, and whether a component's health endpoint answers on one, for the local
 plane's components and the tests' processes."""
 
+import os
 import random
 import socket
 import ssl
@@ -18,14 +19,26 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def _range() -> tuple[int, int]:
+    """The ports this process draws from: below the kernel's ephemeral range, or the share of it
+    DISTTRAIN_PORTS=<low>-<high> names (hack/testlanes.py gives each lane of `make test` its own, so
+    two lanes' planes never pick the same port between one's check and its server's bind)."""
+    low, high = 10000, max(10001, _ephemeral_low())
+    share = os.environ.get("DISTTRAIN_PORTS", "")
+    if share:
+        first, _, last = share.partition("-")
+        low, high = int(first), int(last)
+    return low, high
+
+
 def free_port() -> int:
     """A port free now, below the kernel's ephemeral range. A port the kernel picked (bind to 0) is
     one of that range, which every outgoing connection draws its local port from: between this call
     and the server's bind, one of the plane's thousands of connections took it ('Address already in
     use', seen in a clean-clone make test once the progress endpoint bound a few seconds later)."""
-    low = _ephemeral_low()
+    low, high = _range()
     for _ in range(1000):
-        port = random.randrange(10000, max(10001, low))
+        port = random.randrange(low, high)
         if port in _GIVEN:
             continue
         with socket.socket() as sock:

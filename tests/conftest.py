@@ -56,11 +56,16 @@ def cluster() -> Iterator[Cluster]:
         return
     from localcluster import LocalCluster
 
-    root = ROOT / ".cache" / "test-cluster"
+    # Each lane of `make test` (hack/testlanes.py) has a plane of its own.
+    root = Path(os.environ.get("DISTTRAIN_TEST_CLUSTER_DIR") or ROOT / ".cache" / "test-cluster")
     (root / "audit.log").unlink(missing_ok=True)  # this session's requests only
     # Every ServiceAccount's requests are audited: the operator's, as the chart's account, are
     # compared with what the chart grants at the end (tests/integration/test_rbac_audit.py).
-    with LocalCluster(root=root, real_node=want_real_node(), audit_groups=("system:serviceaccounts",)) as local:
+    # Without the gang schedulers where no test of the session uses them (the e2e lane): Volcano's
+    # scheduler alone runs a session every second, CPU the other lane's tests wait on.
+    gang = os.environ.get("DISTTRAIN_TEST_GANG_SCHEDULERS", "1") != "0"
+    with LocalCluster(root=root, real_node=want_real_node(), audit_groups=("system:serviceaccounts",),
+                      gang_schedulers=gang) as local:
         yield Cluster(kubeconfig=local.kubeconfig, local=local)
 
 

@@ -8,6 +8,8 @@ for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
+  # One apt at a time: `make test` builds its prerequisites in parallel (make -j), and dpkg takes one.
+  exec 9>/tmp/disttrain-apt.lock && flock 9
   echo "installing ${need[*]} with apt" >&2
   SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
   # A policy-rc.d answering 101 keeps the openssh-server package from starting a system sshd:

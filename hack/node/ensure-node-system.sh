@@ -11,6 +11,8 @@ for pair in runc:runc containernetworking-plugins:/usr/lib/cni/bridge iptables:i
   if [[ $probe == /* ]]; then [ -e "$probe" ] || need+=("$package"); else command -v "$probe" >/dev/null || need+=("$package"); fi
 done
 if [ ${#need[@]} -gt 0 ]; then
+  # One apt at a time: `make test` builds its prerequisites in parallel (make -j), and dpkg takes one.
+  exec 9>/tmp/disttrain-apt.lock && flock 9
   echo "installing ${need[*]} with apt" >&2
   SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

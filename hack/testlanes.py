@@ -1,0 +1,134 @@
+"""`make test`'s suite in lanes that run at once, each a pytest session with its own local plane.
+
+Alone, the suite kept this machine's two cores about half busy (a fresh clone's run, sampled every
+10 s: 55% over its 40 minutes): most of it waits on pods, the API server and Kueue's timers. Two
+sessions side by side fill the other half. A lane is one pytest process: its own plane (state in
+.cache/test-cluster-<lane>), its own operator, its own share of the loopback ports and its own
+pytest temp folder. Only one lane has the real node: a machine holds one (its bridge, its registry's
+fixed address).
+
+    hack/testlanes.py [pytest args ...]     (make test: PYTEST_ARGS)
+
+Each lane's lines come out as they are written, prefixed with the lane's name, and its whole output
+is kept in .cache/test-logs/<lane>.log. Exit status: 0 when every lane passed, else the first
+failing lane's. `--junitxml=FILE` writes FILE with the lane's name before its suffix
+(`report.xml` -> `report.node.xml`, `report.kwok.xml`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / ".cache" / "test-logs"
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str
+    paths: tuple[str, ...]
+    real_node: bool
+    ports: str  # DISTTRAIN_PORTS: a share of the range below the kernel's ephemeral ports
+    before: tuple[str, ...] = ()  # a command the lane runs first (its pytest only if it succeeds)
+    gang_schedulers: bool = True  # Volcano's and scheduler-plugins' on its plane
+
+
+# Balanced by a fresh clone's times (issue 45): the node lane first builds the images (7 min on a new
+# machine; only its tests run them) and then runs the e2e tests (17 min); meanwhile the other runs the
+# unit (2 min), integration (17 min) and quick chaos tests (3 min) on KWOK nodes. The RBAC audit runs
+# in both: it compares each plane's operator requests with the chart's grants.
+LANES = (
+    Lane("node", ("tests/e2e", "tests/integration/test_rbac_audit.py"), real_node=True, ports="10000-21000",
+         before=(sys.executable, "hack/images.py"), gang_schedulers=False),
+    Lane("kwok", ("tests/unit", "tests/integration", "tests/chaos"), real_node=False, ports="21000-32000"),
+)
+
+
+def lane_args(lane: Lane, args: list[str]) -> list[str]:
+    """The user's pytest args for one lane: a junit report gets the lane's own file."""
+    out = []
+    for arg in args:
+        if arg.startswith("--junitxml="):
+            path = Path(arg.split("=", 1)[1])
+            suffix = path.suffix or ".xml"
+            arg = f"--junitxml={path.with_name(f'{path.stem}.{lane.name}{suffix}')}"
+        out.append(arg)
+    return out
+
+
+def command(lane: Lane, args: list[str]) -> list[str]:
+    basetemp = Path(tempfile.gettempdir()) / f"disttrain-pytest-{lane.name}"
+    pytest = [sys.executable, "-m", "pytest", *lane.paths, f"--basetemp={basetemp}", *lane_args(lane, args)]
+    if not lane.before:
+        return pytest
+    return ["/bin/sh", "-c", f"{shlex.join(lane.before)} && exec {shlex.join(pytest)}"]
+
+
+def environment(lane: Lane) -> dict[str, str]:
+    return {**os.environ, "DISTTRAIN_REAL_NODE": "1" if lane.real_node else "0",
+            "DISTTRAIN_TEST_CLUSTER_DIR": str(ROOT / ".cache" / f"test-cluster-{lane.name}"),
+            "DISTTRAIN_PORTS": lane.ports, "DISTTRAIN_TEST_GANG_SCHEDULERS": "1" if lane.gang_schedulers else "0",
+            "PYTHONUNBUFFERED": "1"}
+
+
+class Running:
+    """One lane's pytest, its lines copied to our stdout (prefixed) and to its log."""
+
+    def __init__(self, lane: Lane, args: list[str], width: int) -> None:
+        self.lane, self.started = lane, time.monotonic()
+        self.prefix = f"[{lane.name:<{width}}] "
+        self.last: list[str] = []
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.log = open(LOGS / f"{lane.name}.log", "w")  # noqa: SIM115 (closed when the lane ends)
+        self.proc = subprocess.Popen(command(lane, args), cwd=ROOT, env=environment(lane), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+                                     start_new_session=True)  # a ^C reaches it once, from main(), not twice
+        self.copier = threading.Thread(target=self._copy, daemon=True)
+        self.copier.start()
+
+    def _copy(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.log.write(line)
+            sys.stdout.write(self.prefix + line)
+            sys.stdout.flush()
+            self.last = [*self.last, line.rstrip()][-3:]
+        self.log.close()
+
+    def wait(self) -> int:
+        code = self.proc.wait()
+        self.copier.join()
+        self.seconds = time.monotonic() - self.started
+        return code
+
+
+def main(argv: list[str]) -> int:
+    width = max(len(lane.name) for lane in LANES)
+    running = [Running(lane, argv, width) for lane in LANES]
+
+    def stop(signum: int, _frame: object) -> None:  # CI's timeout or ^C: each lane tears its plane down
+        for run in running:
+            if run.proc.poll() is None:
+                run.proc.send_signal(signal.SIGINT)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    codes = [run.wait() for run in running]
+    print("\nlanes:")
+    for run, code in zip(running, codes, strict=True):
+        summary = next((line.strip("= ") for line in reversed(run.last) if " in " in line), "no summary")
+        print(f"  {run.lane.name:<{width}}  exit {code}  {run.seconds / 60:5.1f} min  {summary}  "
+              f"(whole log: {LOGS.relative_to(ROOT) / run.lane.name}.log)")
+    return next((code for code in codes if code), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
