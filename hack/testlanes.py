@@ -92,6 +92,7 @@ class Running:
         self.lane, self.started = lane, time.monotonic()
         self.prefix = f"[{lane.name:<{width}}] "
         self.last: list[str] = []
+        self.seconds = 0.0
         LOGS.mkdir(parents=True, exist_ok=True)
         self.log = open(LOGS / f"{lane.name}.log", "w")  # noqa: SIM115 (closed when the lane ends)
         self.proc = subprocess.Popen(command(lane, args), cwd=ROOT, env=environment(lane), stdout=subprocess.PIPE,
@@ -108,11 +109,11 @@ class Running:
             sys.stdout.flush()
             self.last = [*self.last, line.rstrip()][-3:]
         self.log.close()
+        self.seconds = time.monotonic() - self.started  # its own end: main() waits for the lanes in turn
 
     def wait(self) -> int:
         code = self.proc.wait()
         self.copier.join()
-        self.seconds = time.monotonic() - self.started
         return code
 
 
