@@ -57,7 +57,7 @@ tf-venv: $(TF_STAMP) ## TensorFlow 2.21 for the real-training tests (.cache/tf-v
 # them, for tests/integration/test_real_mpi.py (each script caches its own result).
 mpi-e2e: ## Open MPI, sshd and Horovod 0.28.1 for the real-mpirun tests (.cache/hvd-venv)
 	hack/mpi-e2e/setup-system.sh
-	hack/mpi-e2e/build-hvd-venv.sh $(HVD_VENV)
+	MAKEFLAGS= hack/mpi-e2e/build-hvd-venv.sh $(HVD_VENV)  # its own -j: make -j4's MAKEFLAGS made Horovod's build serial (133 s -> 463 s)
 
 $(BINARIES_STAMP): $(BINARY_SOURCES)
 	hack/build-binaries.sh
@@ -98,6 +98,7 @@ e2e: venv binaries node images ## the examples from kubectl apply to Succeeded o
 # mostly wait on the network (the apt steps take a lock in turn).
 TEST_PREREQUISITES := lint binaries previous-plane tf-venv mpi-e2e node
 test: ## what CI runs: lint, then every test
+	hack/ensure-system.sh  # curl, unzip, git and venv first: the parallel builds below all use them
 	$(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_PREREQUISITES)
 	$(PY) hack/testlanes.py $(PYTEST_ARGS)
 

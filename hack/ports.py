@@ -27,7 +27,7 @@ def _range() -> tuple[int, int]:
     share = os.environ.get("DISTTRAIN_PORTS", "")
     if share:
         first, _, last = share.partition("-")
-        low, high = int(first), int(last)
+        low, high = int(first), min(int(last), high)  # never into the ephemeral range
     return low, high
 
 
