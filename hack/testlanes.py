@@ -145,8 +145,12 @@ def main(argv: list[str]) -> int:
         summary = next((line.strip("= ") for line in reversed(run.last) if " in " in line), "no summary")
         print(f"  {run.lane.name:<{width}}  exit {code}  {run.seconds / 60:5.1f} min  {summary}  "
               f"(whole log: {LOGS.relative_to(ROOT) / run.lane.name}.log)")
-    # pytest's 5 is "no tests collected": a lane left empty by a -k or -m of PYTEST_ARGS is not a failure,
-    # unless every lane is.
+    return overall(codes)
+
+
+def overall(codes: list[int]) -> int:
+    """make test's exit status from the lanes'. pytest's 5 is "no tests collected": a lane left empty by
+    a -k or -m of PYTEST_ARGS is not a failure, unless every lane is."""
     if all(code == 5 for code in codes):
         return 5
     return next((code for code in codes if code not in (0, 5)), 0)
