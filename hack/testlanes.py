@@ -44,13 +44,13 @@ class Lane:
     nice: int = 0  # its processes' niceness, its plane's included: the lane with time to spare yields
 
 
-# Balanced by a fresh clone's times (issue 45): the node lane first builds the images (7 min on a new
-# machine; only its tests run them) and then runs the e2e tests (17 min); meanwhile the other runs the
-# unit (2 min), integration (17 min) and quick chaos tests (3 min) on KWOK nodes. The node lane is the
-# longer and the busier (image builds, TensorFlow in its pods); the KWOK lane mostly waits on its
-# plane's timers, so it runs at niceness 5: it takes what the node lane leaves, and a quarter of the
-# cores at least when both want them all. The RBAC audit runs in both: it compares each plane's
-# operator requests with the chart's grants.
+# Balanced by a fresh clone's times (issue 45): the node lane runs the e2e tests (17 min alone, 23 in a
+# lane); meanwhile the other runs the unit (2 min), integration (17 min) and quick chaos tests (3 min)
+# on KWOK nodes (23 min in a lane). The node lane checks its images first (`make test` has built
+# them by then; a no-op unless a file they copy changed since). It is the busier (TensorFlow in its
+# pods); the KWOK lane mostly waits on its plane's timers, so it runs at niceness 5: it takes what
+# the node lane leaves, and a quarter of the cores at least when both want them all. The RBAC audit
+# runs in both: it compares each plane's operator requests with the chart's grants.
 LANES = (
     Lane("node", ("tests/e2e", "tests/integration/test_rbac_audit.py"), real_node=True, ports="11000-21000",
          before=(sys.executable, "hack/images.py"), gang_schedulers=False),
