@@ -242,9 +242,11 @@ def build(image: Image, base_key: str) -> None:
 
 
 def remove(ref: str) -> None:
-    subprocess.run([*BUILDAH, "rmi", ref], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "TMPDIR": str(BUILDAH_TMP)})  # absent (nothing built): nothing to do
-    sh(*BUILDAH, "rmi", "--prune", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """The image out of buildah's storage, and the layers only it used; nothing when it is not there
+    (a base that every image built on was up to date: main() asks for each base at every run)."""
+    if subprocess.run([*BUILDAH, "rmi", ref], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                      env={**os.environ, "TMPDIR": str(BUILDAH_TMP)}).returncode == 0:
+        sh(*BUILDAH, "rmi", "--prune", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def main(argv: list[str] | None = None) -> int:

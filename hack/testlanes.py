@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -39,21 +38,20 @@ class Lane:
     paths: tuple[str, ...]
     real_node: bool
     ports: str  # DISTTRAIN_PORTS: a share of the range below the kernel's ephemeral ports (not the kubelet's 10250)
-    before: tuple[str, ...] = ()  # a command the lane runs first (its pytest only if it succeeds)
     gang_schedulers: bool = True  # Volcano's and scheduler-plugins' on its plane
     nice: int = 0  # its processes' niceness, its plane's included: the lane with time to spare yields
 
 
 # Balanced by a fresh clone's times (issue 45): the node lane runs the e2e tests (17 min alone, 23 in a
 # lane); meanwhile the other runs the unit (2 min), integration (17 min) and quick chaos tests (3 min)
-# on KWOK nodes (23 min in a lane). The node lane checks its images first (`make test` has built
-# them by then; a no-op unless a file they copy changed since). It is the busier (TensorFlow in its
-# pods); the KWOK lane mostly waits on its plane's timers, so it runs at niceness 5: it takes what
-# the node lane leaves, and a quarter of the cores at least when both want them all. The RBAC audit
-# runs in both: it compares each plane's operator requests with the chart's grants.
+# on KWOK nodes (23 min in a lane). `make test` builds the images before either starts. The node
+# lane is the busier (TensorFlow in its pods); the KWOK lane mostly waits on its plane's timers, so
+# it runs at niceness 5: it takes what the node lane leaves, and a quarter of the cores at least
+# when both want them all. The RBAC audit runs in both: it compares each plane's operator requests
+# with the chart's grants.
 LANES = (
     Lane("node", ("tests/e2e", "tests/integration/test_rbac_audit.py"), real_node=True, ports="11000-21000",
-         before=(sys.executable, "hack/images.py"), gang_schedulers=False),
+         gang_schedulers=False),
     Lane("kwok", ("tests/unit", "tests/integration", "tests/chaos"), real_node=False, ports="21000-32000", nice=5),
 )
 
@@ -74,9 +72,7 @@ def command(lane: Lane, args: list[str]) -> list[str]:
     basetemp = Path(tempfile.gettempdir()) / f"disttrain-pytest-{lane.name}"
     pytest = [sys.executable, "-m", "pytest", *lane.paths, f"--basetemp={basetemp}", *lane_args(lane, args)]
     nice = ["nice", "-n", str(lane.nice)] if lane.nice else []
-    if not lane.before:
-        return [*nice, *pytest]
-    return [*nice, "/bin/sh", "-c", f"{shlex.join(lane.before)} && exec {shlex.join(pytest)}"]
+    return [*nice, *pytest]
 
 
 def environment(lane: Lane) -> dict[str, str]:
@@ -129,8 +125,8 @@ def main(argv: list[str]) -> int:
     signals = 0
 
     def stop(signum: int, _frame: object) -> None:
-        """CI's timeout or ^C: SIGINT to each lane's whole process group (its pytest, or the image
-        build before it), and pytest tears its plane down; a second signal kills the groups."""
+        """CI's timeout or ^C: SIGINT to each lane's whole process group, and its pytest tears its
+        plane down; a second signal kills the groups."""
         nonlocal signals
         signals += 1
         for run in running:
