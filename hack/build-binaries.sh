@@ -11,6 +11,10 @@ BIN_ROOT=${DISTTRAIN_BIN_ROOT:-$PWD/.cache/bin}
 # No DWARF: -ldflags -w drops it from the binaries anyway, and not making it saves ~12% of each
 # compile (etcd: 45 s -> 39 s from an empty GOCACHE, twice each).
 export GOFLAGS=${GOFLAGS:--trimpath -gcflags=all=-dwarf=false}
+# The compiler's own garbage collector less often: 15% less compile time (etcd from an empty GOCACHE:
+# 45.4 s -> 38.0 s, twice each way; its largest compile then held 359 MB). GOMEMLIMIT makes it collect
+# as often as before where a compile nears 2 GiB: a machine with little memory pays in time, not swap.
+export GOGC=${GOGC:-400} GOMEMLIMIT=${GOMEMLIMIT:-2GiB}
 export CGO_ENABLED=0
 
 need() { [ -x "$1" ] || { echo "building $(basename "$1") ..." >&2; return 0; }; return 1; }

@@ -23,7 +23,8 @@ for candidate in hack/kube-v1.$minor hack/kube; do
 done
 [ -n "$graph" ] || { echo "no module graph requires k8s.io/kubernetes $version (hack/kube-v1.$minor, hack/kube)" >&2; exit 2; }
 GO=$(hack/ensure-go.sh)
-export PATH="$(dirname "$GO"):$PATH" GOFLAGS=${GOFLAGS:--trimpath -gcflags=all=-dwarf=false} CGO_ENABLED=0  # no DWARF: build-binaries.sh says why
+export PATH="$(dirname "$GO"):$PATH" GOFLAGS=${GOFLAGS:--trimpath -gcflags=all=-dwarf=false} CGO_ENABLED=0 \
+  GOGC=${GOGC:-400} GOMEMLIMIT=${GOMEMLIMIT:-2GiB}  # no DWARF, a rarer collector: build-binaries.sh says why
 
 dir=$BIN_ROOT/kubernetes-$version
 commands=("$@")

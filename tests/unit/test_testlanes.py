@@ -12,6 +12,11 @@ def test_every_suite_runs_in_a_lane_and_one_lane_has_the_real_node() -> None:
     for suite in ("tests/unit", "tests/integration", "tests/chaos", "tests/e2e"):
         assert suite in paths
     assert sum(lane.real_node for lane in testlanes.LANES) == 1
+    for lane in testlanes.LANES:
+        for path in lane.ignore:
+            assert any(path in other.paths for other in testlanes.LANES if other is not lane), \
+                f"{path}, left out of the {lane.name} lane, runs in no other"
+            assert f"--ignore={path}" in testlanes.command(lane, [])
 
 
 def test_each_lane_has_its_own_ports_plane_and_report() -> None:
