@@ -204,29 +204,37 @@ def pss_bytes(pid: int) -> int:
     return 0
 
 
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:  # gone meanwhile
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
+def descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):  # gone meanwhile
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                found += [int(child), *descendants(int(child))]
     return found
 
 
+def is_endpoint(pid: int) -> bool:
+    """The progress endpoint's process: forked (named progress-endpt) or started by exec."""
+    try:
+        return (Path(f"/proc/{pid}/comm").read_text().strip() == "progress-endpt"
+                or "disttrain.endpoint" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"))
+    except OSError:
+        return False
+
+
 def operator_memory(pid: int) -> dict[str, float]:
-    """The whole operator's memory in MB of PSS: the controller (`pid`), the progress endpoint (its
-    child processes, the chart's default) and their sum (issue 45)."""
-    controller = pss_bytes(pid)
-    endpoint = 0
-    for child in children(pid):
+    """The whole operator's memory in MB of PSS: the controller (`pid`), the progress endpoint (the chart's
+    default), the fork server it is forked from (endpoint/forkserver.py) and their sum (issue 45). A
+    page the processes share counts once in the sum, split among them."""
+    controller, endpoint, other = pss_bytes(pid), 0, 0
+    for child in descendants(pid):
         with contextlib.suppress(OSError):
-            endpoint += pss_bytes(child)
-    return {"controller_mb": controller / 2**20, "endpoint_mb": endpoint / 2**20,
-            "sum_mb": (controller + endpoint) / 2**20}
+            if is_endpoint(child):
+                endpoint += pss_bytes(child)
+            else:
+                other += pss_bytes(child)
+    return {"controller_mb": controller / 2**20, "endpoint_mb": endpoint / 2**20, "fork_server_mb": other / 2**20,
+            "sum_mb": (controller + endpoint + other) / 2**20}
 
 
 class AuditLog:

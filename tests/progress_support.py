@@ -4,6 +4,7 @@ to the pod (TokenRequest, as the kubelet asks for the projected one)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import urllib.error
@@ -79,16 +80,28 @@ def cpu_seconds(pid: int) -> float:
 
 
 def endpoint_pid(operator: OperatorProcess) -> int:
-    """The endpoint's process, a child of the operator's (waited for: it starts with the operator)."""
+    """The endpoint's process (waited for: it starts with the operator): the fork server's child,
+    named progress-endpt (endpoint/forkserver.py), or the operator's own started by exec."""
     assert operator.proc is not None
     pid = operator.proc.pid
 
     def found() -> int | None:
-        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-            if "disttrain.endpoint" in Path(f"/proc/{child}/cmdline").read_text(errors="replace"):
-                return int(child)
+        for child in descendants(pid):
+            with contextlib.suppress(OSError):
+                if (Path(f"/proc/{child}/comm").read_text().strip() == "progress-endpt"
+                        or "disttrain.endpoint" in Path(f"/proc/{child}/cmdline").read_text(errors="replace")):
+                    return child
         return None
     return wait_for(found, 60, "the operator's progress endpoint process")
+
+
+def descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                found += [int(child), *descendants(int(child))]
+    return found
 
 
 def progress_port(operator: OperatorProcess) -> int:

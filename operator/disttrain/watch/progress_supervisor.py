@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from disttrain.endpoint.forked import ChildProcess, ForkFailed, ForkServer
 from disttrain.endpoint.listener import bind
 from disttrain.runtime import metrics
 from disttrain.runtime.progress_link import MAX_LINE, Desk, LinkError, send, serve_controller_side
@@ -39,11 +40,12 @@ MAX_COUNT = 1_000_000  # a second's count from the endpoint, at most: it can't i
 class EndpointProcess:
     def __init__(self, port: int, desk: Desk, certificate: Callable[[], Awaitable[ServingCert]],
                  host: str = "0.0.0.0", memory_mib: int = 384, cert: ServingCert | None = None,
-                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep, forks: ForkServer | None = None) -> None:
         self.port, self.desk, self.certificate, self.host, self.memory_mib = port, desk, certificate, host, memory_mib
         self.cert = cert  # the certificate in hand: the start-up's, then the last checked
         self.sleep = sleep
-        self.process: asyncio.subprocess.Process | None = None
+        self.forks = forks  # endpoint/forkserver.py: each endpoint forked, sharing the controller's modules
+        self.process: ChildProcess | None = None
         self.listening: socket.socket | None = None  # bound here, accepted on there
         self.starts = 0
         self._task: asyncio.Task[None] | None = None
@@ -60,6 +62,8 @@ class EndpointProcess:
             await asyncio.gather(self._task, return_exceptions=True)
         if self.listening is not None:
             self.listening.close()
+        if self.forks is not None:
+            await self.forks.close()
 
     async def run(self) -> None:
         backoff = RESTART_BACKOFF[0]
@@ -83,11 +87,7 @@ class EndpointProcess:
         ours, theirs = socket.socketpair()
         try:
             self.process = None
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "disttrain.endpoint", "--link-fd", str(theirs.fileno()),
-                "--listen-fd", str(self.listening.fileno()), "--memory-mib", str(self.memory_mib),
-                pass_fds=(theirs.fileno(), self.listening.fileno()), stdin=asyncio.subprocess.DEVNULL,
-                env={**os.environ, "MALLOC_ARENA_MAX": "2"})  # its memory bound counts arenas whole
+            self.process = await self._spawn(theirs.fileno(), self.listening.fileno())
         finally:
             theirs.close()
             if self.process is None:
@@ -107,6 +107,18 @@ class EndpointProcess:
                 task.cancel()
             writer.close()
             await self._end()
+
+    async def _spawn(self, link_fd: int, listen_fd: int) -> ChildProcess:
+        """Forked by the fork server where there is one; by exec where not, or where it failed."""
+        if self.forks is not None and not self.forks.gone:
+            try:
+                return await self.forks.start(link_fd, listen_fd, self.memory_mib)
+            except ForkFailed as err:
+                log.warning("progress endpoint: %s; starting it by exec", err)
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "disttrain.endpoint", "--link-fd", str(link_fd), "--listen-fd", str(listen_fd),
+            "--memory-mib", str(self.memory_mib), pass_fds=(link_fd, listen_fd), stdin=asyncio.subprocess.DEVNULL,
+            env={**os.environ, "MALLOC_ARENA_MAX": "2"})  # its memory bound counts arenas whole
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
