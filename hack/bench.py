@@ -378,13 +378,29 @@ async def api_client(kubeconfig: Path) -> Any:
     return client.ApiClient(cfg)
 
 
-async def settled(operator_pid: int, seconds: float = 60.0, quiet: float = 10.0) -> None:
+async def settled(operator_pid: int, endpoint: bool = True, seconds: float = 60.0, quiet: float = 10.0) -> None:
     """Idle means started: its progress endpoint running (a process under it), then `quiet` seconds more.
     Measured 3 s after its start, the endpoint had not always started (issue 45)."""
     began = time.monotonic()
-    while not any(is_endpoint(pid) for pid in descendants(operator_pid)) and time.monotonic() - began < seconds:
+    while endpoint and not any(is_endpoint(pid) for pid in descendants(operator_pid)) \
+            and time.monotonic() - began < seconds:
         await asyncio.sleep(0.5)
     await asyncio.sleep(quiet)
+
+
+def idle_without_endpoint(env: dict[str, str], log: Any) -> dict[str, float]:
+    """The controller alone, idle, its progress endpoint off (`disttrain run` without --progress-port):
+    started before the measured operator, and stopped before it starts (issue 45's goal: <= 46 MB)."""
+    operator = subprocess.Popen([sys.executable, "-m", "disttrain", "run"], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, cwd=REPO / "operator")
+    try:
+        asyncio.run(settled(operator.pid, endpoint=False, quiet=15.0))
+        memory = operator_memory(operator.pid)
+    finally:
+        operator.terminate()
+        operator.wait(timeout=30)
+    print(f"operator idle, its endpoint off: PSS {memory['sum_mb']:.0f} MB", flush=True)
+    return memory
 
 
 async def run(cluster: LocalCluster, operator_pid: int, size: Size, only: frozenset[str] = SCENARIOS
@@ -460,6 +476,7 @@ def main() -> int:
                      time.monotonic() + 120)
         op_env = {**env, "KUBECONFIG": str(cluster.user_kubeconfig(OPERATOR_USER, ["system:masters"]))}
         log = open(root / "operator.log", "wb")  # noqa: SIM115 - the child writes to it
+        endpoint_off = idle_without_endpoint(op_env, log)
         # Progress reports served as the chart does (issue 23): its pods carry the endpoint's address and CA.
         progress = ["--progress-port", str(free_port()), "--progress-tls-secret", "default/disttrain-progress-tls",
                     "--progress-status-seconds", str(bench_progress.STATUS_SECONDS)]
@@ -474,6 +491,7 @@ def main() -> int:
                                         stderr=subprocess.DEVNULL)
         try:
             results = asyncio.run(run(cluster, operator.pid, size, only))
+            results["idle"]["pss_endpoint_off"] = endpoint_off
         finally:
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)  # py-spy writes its file on an interrupt

@@ -71,14 +71,16 @@ def whole_operator(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]
     rows: list[tuple[str, str, str, bool | None]] = []
     if "pss" in r["idle"]:
         idle = r["idle"]["pss"]
-        rows.append(("PSS idle, controller + endpoint", "<= 60 MB", f"{idle['controller_mb']:.0f} + "
-                     f"{idle['endpoint_mb']:.0f} = {idle['sum_mb']:.0f} MB", idle["sum_mb"] <= 60))
+        rows.append(("PSS idle, controller + endpoint + fork server", "<= 60 MB", f"{pss_cell(idle)} MB",
+                     idle["sum_mb"] <= 60))
+    if "pss_endpoint_off" in r["idle"]:
+        off = r["idle"]["pss_endpoint_off"]
+        rows.append(("PSS idle, the endpoint off", "<= 46 MB", f"{off['sum_mb']:.0f} MB", off["sum_mb"] <= 46))
     for pods in (1000, 10000):
         point = next((p for p in r["scale"]["points"] if p["pods"] == pods and "pss" in p), None)
         if point is not None:
-            pss = point["pss"]
-            rows.append((f"PSS holding {pods:,} pods, controller + endpoint", "reported",
-                         f"{pss['controller_mb']:.0f} + {pss['endpoint_mb']:.0f} = {pss['sum_mb']:.0f} MB", None))
+            rows.append((f"PSS holding {pods:,} pods, controller + endpoint + fork server", "reported",
+                         f"{pss_cell(point['pss'])} MB", None))
     return rows
 
 
@@ -89,7 +91,8 @@ def verdict(met: bool | None) -> str:
 def pss_cell(pss: dict[str, float] | None) -> str:
     if pss is None:
         return "-"
-    return f"{pss['controller_mb']:.0f} + {pss['endpoint_mb']:.0f} = {pss['sum_mb']:.0f}"
+    return (f"{pss['controller_mb']:.0f} + {pss['endpoint_mb']:.0f} + {pss.get('fork_server_mb', 0):.0f} "
+            f"= {pss['sum_mb']:.0f}")
 
 
 def write_results(out: Path, results: dict[str, Any]) -> None:

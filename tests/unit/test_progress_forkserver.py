@@ -8,10 +8,12 @@ the controller also holds."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -33,11 +35,39 @@ def test_a_forked_endpoint_serves_is_restarted_and_outlives_its_fork_server(tmp_
     assert found["first"]["parent"] == found["server"] and found["first"]["name"] == "progress-endpt", \
         "the endpoint is the fork server's child, named for ps"
     assert found["server_name"] == "progress-forker"
+    assert found["shared_sockets"] == [], "the endpoint holds none of the fork server's sockets"
     assert found["restarted"]["parent"] == found["server"], "a killed endpoint is forked again"
     assert found["survived"], "the running endpoint kept serving when its fork server was killed"
     assert found["after"]["exec"], "with the fork server gone, the next endpoint is started by exec"
     assert found["starts"] == 3
     assert found["left"] == [], "no process of the endpoint's left behind"
+
+
+def test_an_endpoint_that_ends_as_it_starts_is_seen_to_end() -> None:
+    """The fork server's "started" and "exited" can come in one read of its socket (an endpoint that
+    fails at once while the controller's loop is busy): the keeper's wait() still returns. It
+    hung, when the process was tracked only after start() resumed (a review of issue 45's change)."""
+    from disttrain.endpoint.forked import ForkServer
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server = os.posix_spawn("/bin/sleep", ["sleep", "30"], os.environ)  # stands for the fork server
+    theirs.send(b"started 4242")
+    theirs.send(b"exited 4242 3")
+    ours.setblocking(False)
+    forks = ForkServer(server, ours)
+
+    async def main() -> int:
+        link, listen = socket.socketpair()
+        try:
+            process = await forks.start(link.fileno(), listen.fileno(), 384)
+            return await asyncio.wait_for(process.wait(), 5)
+        finally:
+            link.close()
+            listen.close()
+            os.kill(server, signal.SIGTERM)
+            await forks.close()
+    assert asyncio.run(main()) == 3
+    theirs.close()
 
 
 def test_no_fork_server_once_a_thread_runs() -> None:
@@ -66,6 +96,15 @@ def _process(pid: int) -> dict[str, Any]:
             "pss_mb": rollup["Pss"] // 1024,
             "private_mb": (rollup["Private_Clean"] + rollup["Private_Dirty"]) // 1024,
             "data_mb": int(status["VmData"].split()[0]) // 1024}
+
+
+def _sockets(pid: int) -> set[str]:
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if (target := os.readlink(fd)).startswith("socket:"):
+                found.add(target)
+    return found
 
 
 def _descendants(pid: int) -> list[int]:
@@ -115,6 +154,7 @@ def probe(tmp: str) -> None:
             assert book.state(("ml", "mnist"), JOB_UID) is not None, "the report reached the controller's book"
             assert isinstance(endpoint.process, ForkedProcess)
             found["first"] = _process(endpoint.process.pid)
+            found["shared_sockets"] = sorted(_sockets(endpoint.process.pid) & _sockets(forks.pid))
             os.kill(endpoint.process.pid, signal.SIGKILL)
             await _until_started(endpoint, 2)
             await until_accepted(port, cert.ca, bearer)

@@ -17,7 +17,8 @@ from typing import Protocol
 log = logging.getLogger("disttrain.progress")
 MAX_MESSAGE = 256  # bytes of one datagram, either way: a start's settings or a pid and exit code
 START_TIMEOUT = 10.0  # seconds for the server to say it forked
-ORPHAN_POLL = 0.5  # seconds between looks at an endpoint whose fork server is gone
+ORPHAN_POLL = 0.5  # seconds between looks at an endpoint whose fork server is gone, or at the server's end
+STOP_GRACE = 5.0  # seconds for the fork server to end once its socket is closed, before it is killed
 
 
 class ForkFailed(Exception):
@@ -91,13 +92,15 @@ def _alive(pid: int) -> bool:
 
 
 class ForkServer:
-    """The controller's end of the fork server: one start at a time (the keeper runs one endpoint)."""
+    """The controller's end of the fork server: one start at a time (the keeper runs one endpoint).
+    Any start that fails ends the fork server (SIGKILL): a late fork would otherwise leave an
+    endpoint that nobody tracks on the same link and port as the exec'd one that follows."""
 
     def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid, self.sock = pid, sock
         self.gone = False
         self.processes: dict[int, ForkedProcess] = {}
-        self._started: asyncio.Future[int] | None = None
+        self._started: asyncio.Future[ForkedProcess] | None = None
         self._reader: asyncio.Task[None] | None = None
 
     async def start(self, link_fd: int, listen_fd: int, memory_mib: int) -> ForkedProcess:
@@ -109,49 +112,62 @@ class ForkServer:
         self._started = started = loop.create_future()
         try:
             socket.send_fds(self.sock, [json.dumps({"memory_mib": memory_mib}).encode()], [link_fd, listen_fd])
-            pid = await asyncio.wait_for(started, START_TIMEOUT)
-        except (OSError, TimeoutError) as err:
+            return await asyncio.wait_for(started, START_TIMEOUT)
+        except (OSError, TimeoutError, ForkFailed) as err:
+            await self.close()
             raise ForkFailed(f"the fork server didn't start an endpoint: {type(err).__name__}: {err}") from err
         finally:
             self._started = None
-        process = self.processes[pid] = ForkedProcess(pid, self)
-        return process
 
     async def _read(self) -> None:
         loop = asyncio.get_running_loop()
         try:
             while message := await loop.sock_recv(self.sock, MAX_MESSAGE):
                 word, *numbers = message.split()
+                pid = int(numbers[0])
                 if word == b"started" and self._started is not None and not self._started.done():
-                    self._started.set_result(int(numbers[0]))
-                elif word == b"exited" and (process := self.processes.pop(int(numbers[0]), None)) is not None:
+                    # Tracked here, not when start() resumes: its "exited" can come in the same read.
+                    self._started.set_result(self.processes.setdefault(pid, ForkedProcess(pid, self)))
+                elif word == b"exited" and (process := self.processes.pop(pid, None)) is not None:
                     process.ended(int(numbers[1]))
         except OSError as err:
             log.warning("progress endpoint: the fork server's socket: %s", err)
         finally:
-            self.gone = True
-            self.sock.close()
-            if self._started is not None and not self._started.done():
-                self._started.set_exception(ForkFailed("the fork server ended"))
-            for process in self.processes.values():
-                process._ended.set()  # its wait() looks at it from now on
-            code = await asyncio.to_thread(_reap_server, self.pid)
-            log.warning("progress endpoint: the fork server ended (exit %s); endpoints start by exec from now on", code)
+            await self._ended()
+
+    async def _ended(self) -> None:
+        self.gone = True
+        self.sock.close()
+        if self._started is not None and not self._started.done():
+            self._started.set_exception(ForkFailed("the fork server ended"))
+        for process in self.processes.values():
+            process._ended.set()  # its wait() looks at it from now on
+        code = await _reap_server(self.pid)
+        log.warning("progress endpoint: the fork server ended (exit %s); endpoints start by exec from now on", code)
 
     async def close(self) -> None:
-        """The controller stops: the server ends when its socket closes."""
-        if self._reader is not None:
+        """The controller stops, or a start failed: the server ends when its socket closes, and is
+        killed if it hasn't within STOP_GRACE (a wedged one would hold the operator's stop)."""
+        if self._reader is not None and not self._reader.done():
             self._reader.cancel()
             await asyncio.gather(self._reader, return_exceptions=True)
-        else:
+        elif not self.gone:
             self.gone = True
             self.sock.close()
-            await asyncio.to_thread(_reap_server, self.pid)
+            await _reap_server(self.pid)
 
 
-def _reap_server(pid: int) -> int | None:
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        return None
-    return os.waitstatus_to_exitcode(status)
+async def _reap_server(pid: int) -> int | None:
+    for _ in range(int(STOP_GRACE / ORPHAN_POLL)):
+        try:
+            reaped, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if reaped:
+            return os.waitstatus_to_exitcode(status)
+        await asyncio.sleep(ORPHAN_POLL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return None

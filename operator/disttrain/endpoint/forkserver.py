@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import gc
 import json
 import os
@@ -40,23 +39,28 @@ import traceback
 from disttrain.endpoint.forked import MAX_MESSAGE, ForkServer
 
 # Each process's name in `ps -o comm`, `top` and /proc/PID/comm (15 bytes at most): their command
-# lines are the controller's, as forked.
+# lines are the controller's, as forked (`ps aux` shows three `disttrain run`).
 SERVER_NAME, ENDPOINT_NAME = b"progress-forker", b"progress-endpt"
 M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
+# The kernel's OOM killer picks the fork server before the controller (the endpoint sets its own 1000):
+# its badness counts the pages it shares, and the keeper starts endpoints by exec without it.
+SERVER_OOM_SCORE_ADJ = b"500"
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None)  # the process's own C library: no ldconfig run to find it
 
 
 def _set_name(name: bytes) -> None:
     with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
+        _libc().prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
 
 
 def _limit_arenas(count: int) -> None:
     """What MALLOC_ARENA_MAX=2 in the environment does for an exec'd endpoint: glibc reads that
     at start-up, long past in a forked one. Its memory bound counts each arena whole."""
     with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(M_ARENA_MAX, count)
+        _libc().mallopt(M_ARENA_MAX, count)
 
 
 def start_fork_server() -> ForkServer | None:
@@ -79,6 +83,8 @@ def start_fork_server() -> ForkServer | None:
         try:
             _serve(theirs)
             code = 0
+        except (ConnectionError, KeyboardInterrupt):
+            code = 0  # the controller went first
         except BaseException:
             traceback.print_exc()
         finally:
@@ -91,7 +97,11 @@ def start_fork_server() -> ForkServer | None:
 def _serve(control: socket.socket) -> None:
     """Until the controller's end closes: fork an endpoint for each start, and say when each ends."""
     _set_name(SERVER_NAME)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C reaches the controller, which closes this
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "wb") as adj:
+        adj.write(SERVER_OOM_SCORE_ADJ)
     wake_read, wake_write = socket.socketpair()
+    wake_read.setblocking(False)
     wake_write.setblocking(False)
     signal.set_wakeup_fd(wake_write.fileno())
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd is written
@@ -109,7 +119,7 @@ def _serve(control: socket.socket) -> None:
             if not message:
                 return  # the controller is gone; each endpoint goes when its link closes
             try:
-                pid = _fork_endpoint(message, fds, (control, wake_read, wake_write))
+                pid = _fork_endpoint(message, fds)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -127,7 +137,7 @@ def _reap(control: socket.socket) -> None:
         control.send(b"exited %d %d" % (pid, os.waitstatus_to_exitcode(status)))
 
 
-def _fork_endpoint(message: bytes, fds: list[int], close: tuple[socket.socket, ...]) -> int:
+def _fork_endpoint(message: bytes, fds: list[int]) -> int:
     settings = json.loads(message)
     memory_mib = int(settings["memory_mib"])
     if len(fds) != 2:
@@ -138,19 +148,36 @@ def _fork_endpoint(message: bytes, fds: list[int], close: tuple[socket.socket, .
     code = 1  # the endpoint, from here on
     try:
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for sock in close:
-            sock.close()
+        for number in (signal.SIGCHLD, signal.SIGINT):
+            signal.signal(number, signal.SIG_DFL)
+        link, listen = _only_fds(fds)
         _set_name(ENDPOINT_NAME)
         _limit_arenas(2)
         from disttrain.endpoint.process import main
 
-        code = main(["--link-fd", str(fds[0]), "--listen-fd", str(fds[1]), "--memory-mib", str(memory_mib)])
+        code = main(["--link-fd", str(link), "--listen-fd", str(listen), "--memory-mib", str(memory_mib)])
     except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
+        code = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
     except BaseException:
         traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _only_fds(keep: list[int]) -> tuple[int, int]:
+    """The endpoint holds what exec gave it and nothing more (exec's close_fds): stdin on /dev/null,
+    stdout and stderr, its link and its listening socket. Not the fork server's control socket or
+    its selector (an endpoint that pods' bytes took over could have driven the fork server with
+    them: registered an always-readable fd in its epoll and spun it), nor whatever the controller
+    inherited from its own parent."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            with contextlib.suppress(OSError):  # the listing's own fd, closed meanwhile
+                os.close(fd)
+    return keep[0], keep[1]

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+MAX_KEYS = 256  # in one JSON object of a line (_bounded_object)
 MAX_LINE = 64 * 1024  # a report is at most 16 KiB; its JSON inside a line at most ~6x that in escapes
 MAX_PENDING = 64
 ANSWER_TIMEOUT = 5.0
@@ -74,12 +75,21 @@ async def receive(reader: asyncio.StreamReader) -> dict[str, Any] | None:
     except asyncio.LimitOverrunError as err:
         raise LinkError(f"a line over {MAX_LINE} bytes") from err
     try:
-        message = json.loads(line)
+        message = json.loads(line, object_pairs_hook=_bounded_object)
     except (ValueError, RecursionError) as err:
         raise LinkError(f"a line that is no JSON: {err}") from err
     if not isinstance(message, dict):
         raise LinkError("a line that is no JSON object")
     return message
+
+
+def _bounded_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object of MAX_KEYS keys at most. A forked endpoint shares the controller's string-hash
+    secret (endpoint/forkserver.py): one that pods' bytes took over could send keys that all collide,
+    and a dict of n of them costs n squared. 256 keys cost nothing; a report has 16 metrics at most."""
+    if len(pairs) > MAX_KEYS:
+        raise ValueError(f"an object of {len(pairs)} keys (at most {MAX_KEYS})")
+    return dict(pairs)
 
 
 class EndpointSide:

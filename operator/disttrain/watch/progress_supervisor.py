@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from disttrain.endpoint.forked import ChildProcess, ForkFailed, ForkServer
+from disttrain.endpoint.forked import ChildProcess, ForkServer
 from disttrain.endpoint.listener import bind
 from disttrain.runtime import metrics
 from disttrain.runtime.progress_link import MAX_LINE, Desk, LinkError, send, serve_controller_side
@@ -109,12 +109,11 @@ class EndpointProcess:
             await self._end()
 
     async def _spawn(self, link_fd: int, listen_fd: int) -> ChildProcess:
-        """Forked by the fork server where there is one; by exec where not, or where it failed."""
+        """Forked by the fork server where there is one; by exec where not. A fork that failed
+        (ForkFailed) ends this start, its link with it, and the fork server: the next, after the
+        back-off, is by exec on a link of its own (a late fork can't share this one)."""
         if self.forks is not None and not self.forks.gone:
-            try:
-                return await self.forks.start(link_fd, listen_fd, self.memory_mib)
-            except ForkFailed as err:
-                log.warning("progress endpoint: %s; starting it by exec", err)
+            return await self.forks.start(link_fd, listen_fd, self.memory_mib)
         return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "disttrain.endpoint", "--link-fd", str(link_fd), "--listen-fd", str(listen_fd),
             "--memory-mib", str(self.memory_mib), pass_fds=(link_fd, listen_fd), stdin=asyncio.subprocess.DEVNULL,
