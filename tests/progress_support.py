@@ -4,7 +4,6 @@ to the pod (TokenRequest, as the kubelet asks for the projected one)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import ssl
 import urllib.error
@@ -12,7 +11,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench_observe import process_usage  # hack/: /proc's VmRSS and utime+stime, as make bench reads them
+from bench_observe import (  # hack/: /proc's VmRSS and utime+stime, as make bench reads them
+    descendants,
+    is_endpoint,
+    process_usage,
+)
 from support import Cluster, OperatorProcess, wait_for
 
 AUDIENCE = "disttrain.dev/progress"
@@ -86,22 +89,8 @@ def endpoint_pid(operator: OperatorProcess) -> int:
     pid = operator.proc.pid
 
     def found() -> int | None:
-        for child in descendants(pid):
-            with contextlib.suppress(OSError):
-                if (Path(f"/proc/{child}/comm").read_text().strip() == "progress-endpt"
-                        or "disttrain.endpoint" in Path(f"/proc/{child}/cmdline").read_text(errors="replace")):
-                    return child
-        return None
+        return next((child for child in descendants(pid) if is_endpoint(child)), None)
     return wait_for(found, 60, "the operator's progress endpoint process")
-
-
-def descendants(pid: int) -> list[int]:
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            for child in (task / "children").read_text().split():
-                found += [int(child), *descendants(int(child))]
-    return found
 
 
 def progress_port(operator: OperatorProcess) -> int:

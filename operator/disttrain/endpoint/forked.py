@@ -22,7 +22,8 @@ STOP_GRACE = 5.0  # seconds for the fork server to end once its socket is closed
 
 
 class ForkFailed(Exception):
-    """The fork server didn't start an endpoint: the keeper starts one by exec instead."""
+    """The fork server didn't start an endpoint: that start ends, the fork server with it, and the
+    keeper's next start (after its back-off) is by exec."""
 
 
 class ChildProcess(Protocol):
