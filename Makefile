@@ -21,7 +21,7 @@ CLUSTER_DIR := .cache/cluster
 PYTEST_ARGS ?=
 , := ,
 
-.PHONY: all help test test-matrix lint unit integration e2e chaos venv tf-venv mpi-e2e binaries previous-plane node images cluster-up cluster-down \
+.PHONY: all help test test-matrix lint unit integration e2e chaos venv tf-venv mpi-e2e binaries previous-plane prometheus node images cluster-up cluster-down \
         crd demo bench bench-checkpoint clean dist push
 
 all: test
@@ -71,6 +71,11 @@ previous-plane: binaries ## the previous minor's API server, controller manager 
 	source hack/versions.env && hack/build-kube-version.sh $$PREVIOUS_KUBERNETES_VERSION \
 	  kube-apiserver kube-controller-manager kube-scheduler >/dev/null
 
+# Prometheus (hack/versions.env), for the test of the chart's dashboard queries alone: `make test` builds
+# it beside its lanes, and that test runs the same script (which waits for that build, or builds it).
+prometheus: ## Prometheus, for tests/integration/test_prometheus_dashboard.py (.cache/bin/prometheus)
+	hack/build-binaries.sh prometheus >/dev/null
+
 node: ## Debian packages of the real node: runc, CNI plugins, iptables, ipset; buildah, debootstrap
 	hack/node/ensure-node-system.sh
 
@@ -85,20 +90,21 @@ lint: venv ## ruff, mypy and the import contracts (also run by pre-commit)
 unit: venv ## unit tests only (no cluster)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv binaries previous-plane tf-venv mpi-e2e ## integration tests on a real local control plane (KWOK nodes)
+integration: venv binaries previous-plane prometheus tf-venv mpi-e2e ## integration tests on a real local control plane (KWOK nodes)
 	DISTTRAIN_REAL_NODE=0 $(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 e2e: venv binaries node images ## the examples from kubectl apply to Succeeded on a real node, the operator in-cluster
 	DISTTRAIN_REAL_NODE=1 $(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
-# The README's test command: lint, then every test in two lanes at once (hack/testlanes.py): the e2e
-# tests on a plane with the real node; meanwhile the unit, integration and quick chaos tests on a
-# KWOK-only one.
+# The README's test command: lint, then every test in three lanes at once (hack/testlanes.py): the e2e
+# tests on a plane with the real node; meanwhile the integration and quick chaos tests on a KWOK-only
+# one, and the unit tests with none. The previous minor's control plane (make previous-plane) and
+# Prometheus are built beside the lanes, each for the one test that needs it.
 # The builds at once (make -j): a new machine's Go builds keep both cores busy while pip and apt
 # mostly wait on the network (the apt steps take a lock in turn). The images too: built here, in the
 # Go builds' shadow, they no longer hold the node lane back (a fresh clone's run: its images took
 # 433 s before its first test, while the KWOK lane ended 7 minutes before it).
-TEST_PREREQUISITES := lint binaries previous-plane tf-venv mpi-e2e node images
+TEST_PREREQUISITES := lint binaries tf-venv mpi-e2e node images
 test: ## what CI runs: lint, then every test
 	hack/ensure-system.sh  # curl, unzip, git and venv first: the parallel builds below all use them
 	$(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_PREREQUISITES)

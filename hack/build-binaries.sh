@@ -27,16 +27,31 @@ timed() { # what command...
 # go install puts a module's command in GOBIN; one folder per version keeps them apart.
 install_tool() { # name module version [go build flags]
   local dir=$BIN_ROOT/$1-$3
+  mkdir -p "$BIN_ROOT"
+  # One build of a tool at a time (a test that needs Prometheus waits here for `make test`'s build).
+  exec 8>"$BIN_ROOT/.$1-$3.lock"
+  flock 8
   if need "$dir/$1"; then
     GOBIN=$dir.tmp timed "$1" go install -ldflags "-s -w" "${@:4}" "$2@$3"
     rm -rf "$dir"; mv "$dir.tmp" "$dir"
   fi
+  exec 8>&-
 }
 
 # `make push` needs crane alone: `hack/build-binaries.sh crane`.
 if [ "${1:-}" = crane ]; then
   install_tool crane github.com/google/go-containerregistry/cmd/crane "$GO_CONTAINERREGISTRY_VERSION"
   ln -sfn "$BIN_ROOT/crane-$GO_CONTAINERREGISTRY_VERSION/crane" "$BIN_ROOT/crane"
+  exit 0
+fi
+# Prometheus, for the one test that runs the chart's dashboard queries
+# (tests/integration/test_prometheus_dashboard.py), which runs this: `make test` builds it beside its
+# lanes (hack/testlanes.py), not before them. With static targets only: remove_all_sd leaves out every
+# cloud's service discovery (most of its module graph); its HTTP API, which the test queries, is all there.
+if [ "${1:-}" = prometheus ]; then
+  install_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "$PROMETHEUS_VERSION" -tags remove_all_sd
+  ln -sfn "$BIN_ROOT/prometheus-$PROMETHEUS_VERSION/prometheus" "$BIN_ROOT/prometheus"
+  echo "$BIN_ROOT/prometheus"
   exit 0
 fi
 
@@ -144,9 +159,6 @@ install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 # The plane's image registry and the tool that pushes to it (hack/registry.py), each from its own graph.
 install_tool registry github.com/distribution/distribution/v3/cmd/registry "$DISTRIBUTION_VERSION"
 install_tool crane github.com/google/go-containerregistry/cmd/crane "$GO_CONTAINERREGISTRY_VERSION"
-# Prometheus with static targets only: remove_all_sd leaves out every cloud's service discovery
-# (most of its module graph); its HTTP API, which the dashboard test queries, is all there.
-install_tool prometheus github.com/prometheus/prometheus/cmd/prometheus "$PROMETHEUS_VERSION" -tags remove_all_sd
 
 for cmd in "${clients[@]}"; do ln -sfn "$clients_dir/$cmd" "$BIN_ROOT/$cmd"; done
 ln -sfn "$etcd_bin" "$BIN_ROOT/etcd"
@@ -157,5 +169,4 @@ ln -sfn "$kwok_dir/kwok" "$BIN_ROOT/kwok"
 ln -sfn "$BIN_ROOT/helm-$HELM_VERSION/helm" "$BIN_ROOT/helm"
 ln -sfn "$BIN_ROOT/registry-$DISTRIBUTION_VERSION/registry" "$BIN_ROOT/registry"
 ln -sfn "$BIN_ROOT/crane-$GO_CONTAINERREGISTRY_VERSION/crane" "$BIN_ROOT/crane"
-ln -sfn "$BIN_ROOT/prometheus-$PROMETHEUS_VERSION/prometheus" "$BIN_ROOT/prometheus"
 echo "local cluster binaries ready in $BIN_ROOT" >&2

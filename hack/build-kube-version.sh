@@ -27,6 +27,11 @@ export PATH="$(dirname "$GO"):$PATH" GOFLAGS=${GOFLAGS:--trimpath -gcflags=all=-
   GOGC=${GOGC:-400} GOMEMLIMIT=${GOMEMLIMIT:-2GiB}  # no DWARF, a rarer collector: build-binaries.sh says why
 
 dir=$BIN_ROOT/kubernetes-$version
+# One build of a version at a time: `make test` builds the previous minor's beside its lanes
+# (hack/testlanes.py), and the upgrade test, run meanwhile, waits here for it and then finds it built.
+mkdir -p "$BIN_ROOT"
+exec 9>"$BIN_ROOT/.kubernetes-$version.lock"
+flock 9
 commands=("$@")
 [ ${#commands[@]} -gt 0 ] || commands=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
 missing=()
@@ -36,7 +41,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   pkg=k8s.io/component-base/version
   ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
    -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z -X $pkg.gitCommit=module-proxy-$version"
-  mkdir -p "$BIN_ROOT"
   tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
   started=$SECONDS
   (cd "$graph" && go build -ldflags "$ldflags" -o "$tmp/" "${missing[@]}")

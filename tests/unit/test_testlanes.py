@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
+
+import pytest
 
 import testlanes
 
@@ -36,3 +39,27 @@ def test_the_exit_status_is_the_first_failure_and_an_empty_lane_is_no_failure() 
     assert testlanes.overall([5, 0]) == 0
     assert testlanes.overall([5, 1]) == 1
     assert testlanes.overall([5, 5]) == 5
+
+
+def test_a_background_build_is_logged_and_stopped_when_the_lanes_are_done_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(testlanes, "LOGS", tmp_path)
+    monkeypatch.setenv("MAKEFLAGS", " -j4 --jobserver-auth=3,4")
+    done = testlanes.start_background(testlanes.Background("done", ("sh", "-c", 'echo "[$MAKEFLAGS]"'), nice=1))
+    done.wait()
+    assert testlanes.end_background(done) == "exit 0"
+    assert (tmp_path / "done.log").read_text() == "[]\n"  # not the outer make's jobserver
+    slow = testlanes.start_background(testlanes.Background("slow", ("sleep", "60"), nice=1))
+    assert testlanes.end_background(slow) == "stopped: the lanes were done before it"
+    assert slow.returncode is not None
+
+
+def test_what_one_late_test_needs_is_built_beside_the_lanes_not_before_them() -> None:
+    import re
+
+    from support import ROOT
+
+    prerequisites = re.search(r"^TEST_PREREQUISITES := (.*)$", (ROOT / "Makefile").read_text(), re.M)
+    for target in ("previous-plane", "prometheus"):
+        assert prerequisites is not None and target not in prerequisites.group(1).split()
+        assert any(target in build.command for build in testlanes.BACKGROUND)
