@@ -133,6 +133,14 @@ INVALID: dict[str, tuple[Job, list[str | tuple[str, ...]]]] = {
     "an elastic Gloo job": (
         edit(gloo_job, lambda j: j["spec"]["mpi"].update(elastic={"minReplicas": 1, "maxReplicas": 3})),
         ["spec.mpi.elastic", "elastic needs bootstrap SSH: Horovod's elastic driver"]),
+    "a TensorFlow job larger than its TF_CONFIG can list": (
+        edit(mwms_job, lambda j: (j["metadata"].update(name="a" * 51), tf(j)["worker"].update(replicas=1055))),
+        ["spec.tensorflow: Forbidden: too many members: TF_CONFIG lists every chief, ps and worker",
+         "1,054 with a 51-character name"]),
+    "an MPI job larger than its hostfile's ConfigMap can list": (
+        edit(mpi_job, lambda j: j["spec"]["mpi"]["worker"].update(replicas=6000)),
+        ["spec.mpi.worker.replicas: Forbidden: too many workers: the hostfile and discover_hosts.sh list every one",
+         "2,695 with a 51-character job name"]),
     "a Gloo worker without a command": (
         edit(gloo_job, lambda j: j["spec"]["mpi"]["worker"]["template"]["spec"]["containers"][0].pop("command")),
         ["spec.mpi.worker.template.spec.containers", "runs its own command"]),
@@ -149,6 +157,22 @@ def test_invalid_job_is_rejected_by_kubectl_apply(crd: Cluster, namespace: str, 
         either = text if isinstance(text, tuple) else (text,)
         assert any(t in result.stderr for t in either), f"{case}: {text!r} not in {result.stderr!r}"
     assert not crd.kubectl("get", "dtj", "-n", namespace, "-o", "name").stdout
+
+
+def test_the_largest_jobs_the_size_rules_admit_are_accepted(crd: Cluster, namespace: str) -> None:
+    """The bound the rules state (api/crd_size.py), from the other side: the largest job of the longest
+    name a 1,024th pod allows passes the API server's validation, TensorFlow and MPI (a server-side dry
+    run: stored, an operator would make its thousand pods)."""
+    from disttrain.api.crd_size import mpi_workers_fit, tf_members_fit
+
+    tf_max = edit(mwms_job, lambda j: (j["metadata"].update(name="t" * 51),
+                                       tf(j)["worker"].update(replicas=tf_members_fit(51, 1024))))
+    mpi_max = edit(mpi_job, lambda j: (j["metadata"].update(name="m" * 51),
+                                       j["spec"]["mpi"]["worker"].update(replicas=mpi_workers_fit(51, 2000, 4))))
+    for manifest in (tf_max, mpi_max):
+        result = crd.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest),
+                             check=False)
+        assert result.returncode == 0, result.stderr
 
 
 def test_replicas_cannot_change_after_creation(crd: Cluster, namespace: str) -> None:

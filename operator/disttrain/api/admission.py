@@ -149,7 +149,7 @@ def _rule_lines(value: Any, schema: Schema, path: str) -> Iterator[str]:
             continue
         if held:
             continue
-        where = path + rule["fieldPath"] if rule.get("fieldPath") else path
+        where = (path + rule["fieldPath"]).lstrip(".") if rule.get("fieldPath") else path
         message = rule.get("message") or f"failed rule: {rule['rule']}"
         reason = REASONS.get(rule.get("reason", ""), f'Invalid value: "{schema.get("type", "object")}"')
         yield f"{where}: {reason}: {message}" if where else f"{reason}: {message}"

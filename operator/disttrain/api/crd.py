@@ -23,6 +23,7 @@ from disttrain.api.constants import (
 from disttrain.api.crd_checkpoint import checkpoint_status_schema, last_checkpoint_schema
 from disttrain.api.crd_restarts import CLAIMED_GPUS_SCHEMA, DELETED_PODS, PREVIOUS_PODS
 from disttrain.api.crd_run_policy import gang_size_rule, run_policy_schema
+from disttrain.api.crd_size import size_rules
 from disttrain.api.crd_spec import (
     FlowMapping,
     Schema,
@@ -234,6 +235,7 @@ def job_schema() -> Schema:
                         "with a letter): it names the job's headless Service",
              "reason": "FieldValueInvalid"},
             *_name_length_rules(),
+            *size_rules(),
         ],
     }
 

@@ -2,9 +2,9 @@
 
 A TensorFlow pod's TF_CONFIG lists every member of the cluster (builders/tensorflow.py), in one
 environment variable that Linux caps at 131,072 bytes: past it, every container of the job fails
-to start the same way. How many members fit depends on the job's name and its namespace, which the
-CRD's rules can't see, so the operator checks it: the job fails naming the field, before it is
-queued (it takes no quota) and before a pod is built (each would be as large as the whole job).
+to start the same way. The CRD's rules refuse such a job at `kubectl apply` (api/crd_size.py); a job
+stored before them is checked here: it fails naming the field, before it is queued (it takes no
+quota) and before a pod is built (each would be as large as the whole job).
 """
 
 from __future__ import annotations
