@@ -34,6 +34,18 @@ def test_only_progress_waits_and_only_just_after_a_write() -> None:
     assert progress_wait(None, base, {**base, "ready": "2/2"}, 100.2) is None, "the first write is never held"
 
 
+def test_a_message_whose_counts_moved_on_waits_a_new_reasons_does_not() -> None:
+    """A 1,024-worker job waiting for its gang: its message's count moved on with every pass, and each
+    was a status write (30 to 61 while its pods came up: make bench, large jobs; issue 45)."""
+    written = WrittenStatus("5", "6", {}, 100.0)
+    base = {"phase": "Pending", "reason": "WaitingForGang", "message": "waiting: 10/1024 pods scheduled"}
+    counted = {**base, "message": "waiting: 412/1024 pods scheduled"}
+    assert progress_wait(written, base, counted, 100.2) == pytest.approx(PROGRESS_WRITE_INTERVAL - 0.2)
+    told = {**base, "reason": "PodTrouble", "message": "pod big-worker-7: ImagePullBackOff"}
+    assert progress_wait(written, base, told, 100.2) is None, "a new reason is said at once, with its message"
+    assert progress_wait(written, base, {**counted, "phase": "Running"}, 100.2) is None
+
+
 def test_pods_getting_ready_one_by_one_cost_one_write_after_the_phase() -> None:
     async def scenario() -> None:
         h = Harness(mwms_job("mnist", workers=2))
