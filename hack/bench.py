@@ -2,8 +2,9 @@
 control plane with KWOK nodes, every scenario interleaved in one run (bench_plain.py says what the
 baseline does). Writes bench/results.json, bench/results.md and two plots.
 
-1. burst: J jobs of 5 pods (chief, ps, 3 workers) applied at once, R rounds: T_operator / T_plain
-   for "all pods exist", and per-job apply -> all its pods (p50, p99);
+1. burst: J jobs of 5 pods (chief, ps, 3 workers) applied at once, R rounds (1,000 jobs on 12
+   nodes, issue 45): T_operator / T_plain for "all pods exist", and per-job apply -> all its pods
+   (p50, p99);
 2. completion: the last burst round's jobs, Running, their chiefs finish together: chief
    Succeeded -> job phase Succeeded, and -> its other pods being deleted (p50, p99);
 3. single job on an idle operator: apply -> all 5 pods (p50, p90);
@@ -11,7 +12,9 @@ baseline does). Writes bench/results.json, bench/results.md and two plots.
    a probe job's apply -> pods at each step, no pod missed or made twice;
 5. API cost: the operator's requests per job during the burst, by verb and resource, from the API
    server's audit log (the operator has a user of its own), against the minimum;
-6. progress storm: a pod reporting 1,000 times a second while jobs are applied (bench_progress.py).
+6. progress storm: a pod reporting 1,000 times a second while jobs are applied (bench_progress.py);
+7. large jobs: 1,024 workers, TensorFlow and MPI: apply -> pods, status writes, the checkpoint
+   request's fan-out (bench_large.py).
 
 Ratios, not seconds, are what to compare across machines: the two sides share the machine's
 noise. `--quick` is the same at a size that runs in under 5 minutes.
@@ -44,6 +47,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 sys.path.insert(0, str(REPO / "operator"))
+import bench_large  # noqa: E402
 import bench_progress  # noqa: E402
 from bench_observe import (  # noqa: E402
     AuditLog,
@@ -67,7 +71,7 @@ RESULTS = REPO / "bench"
 OPERATOR_USER, PLAIN_USER = "disttrain-operator", "disttrain-plain"
 PODS_PER_JOB = 5
 # What --only can pick; the burst brings its completion and after-burst measures with it.
-SCENARIOS = frozenset({"single", "storm", "burst", "scale"})
+SCENARIOS = frozenset({"single", "storm", "burst", "large", "scale"})
 
 
 @dataclass(frozen=True)
@@ -77,12 +81,16 @@ class Size:
     single_runs: int
     scale_steps: tuple[int, ...]  # jobs held at each step
     nodes: int
+    scale_nodes: int  # the nodes once the scale steps start
+    large_workers: int  # bench_large.py's jobs
 
 
-# Up to 4,000 jobs / 20,000 pods held: 24 KWOK nodes of 1,000 pods leave room for the probes.
-FULL = Size(burst_jobs=200, burst_rounds=3, single_runs=20, scale_steps=(500, 1000, 1500, 2000, 3000, 4000),
-            nodes=24)
-QUICK = Size(burst_jobs=60, burst_rounds=1, single_runs=6, scale_steps=(100, 200), nodes=4)
+# Issue 45's load: bursts of 1,000 jobs (5,000 pods) on 12 KWOK nodes of 1,000 pods. The scale steps
+# hold up to 4,000 jobs / 20,000 pods: 12 more nodes come before them, room for the probes too.
+FULL = Size(burst_jobs=1000, burst_rounds=3, single_runs=20, scale_steps=(500, 1000, 1500, 2000, 3000, 4000),
+            nodes=12, scale_nodes=24, large_workers=bench_large.LARGE_WORKERS)
+QUICK = Size(burst_jobs=60, burst_rounds=1, single_runs=6, scale_steps=(100, 200), nodes=4, scale_nodes=4,
+             large_workers=128)
 
 
 def job_manifest(name: str) -> dict[str, Any]:
@@ -431,7 +439,12 @@ async def run(cluster: LocalCluster, operator_pid: int, size: Size, only: frozen
             print("completion", flush=True)
             await bench.completion(op_ns, plain_ns, size.burst_jobs)
             await bench.after_burst()
+        if "large" in only:
+            print(f"large jobs: {size.large_workers} workers, TensorFlow and MPI", flush=True)
+            bench.results["large"] = await bench_large.large(bench, size.large_workers)
         if "scale" in only:
+            for i in range(size.nodes, size.scale_nodes):
+                cluster.create_node(i)
             print(f"scale: {' -> '.join(str(s * PODS_PER_JOB) for s in size.scale_steps)} pods held", flush=True)
             await bench.scale(size.scale_steps)
     finally:
@@ -454,6 +467,7 @@ def main() -> int:
                         help=f"a comma-separated subset of {', '.join(sorted(SCENARIOS))} (to look into one; "
                              "bench/results.* come from a whole run)")
     parser.add_argument("--scale-steps", help="jobs held at each scale step, comma-separated (5 pods each)")
+    parser.add_argument("--burst", help="JOBS,ROUNDS of the burst (to look into it at another size)")
     parser.add_argument("--operator-arg", action="append", default=[],
                         help="one more argument for `disttrain run` (e.g. --operator-arg=--resync-seconds=30)")
     args = parser.parse_args()
@@ -463,6 +477,9 @@ def main() -> int:
     size = QUICK if args.quick else FULL
     if args.scale_steps:
         size = dataclasses.replace(size, scale_steps=tuple(int(n) for n in args.scale_steps.split(",")))
+    if args.burst:
+        jobs, rounds = (int(n) for n in args.burst.split(","))
+        size = dataclasses.replace(size, burst_jobs=jobs, burst_rounds=rounds)
     started = time.monotonic()
     root = REPO / ".cache" / "bench-cluster"
     with LocalCluster(root=root, nodes=size.nodes, gang_schedulers=False, kueue=False,

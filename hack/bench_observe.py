@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 JOB_LABEL = "disttrain.dev/job-name"
+CHECKPOINT_FILE_LABEL = "disttrain.dev/checkpoint-file"
 PLAIN_LABEL = "bench.disttrain.dev/plain"
 Key = tuple[str, str]  # (namespace, name)
 
@@ -37,6 +38,11 @@ class Timeline:
     pod_phase: dict[Key, str] = field(default_factory=dict)
     running: Counter[str] = field(default_factory=Counter)  # pods Running now, by namespace
     job_events: Counter[Key] = field(default_factory=Counter)  # a job's watch events: its writes
+    # The checkpoint requests (bench_large.py): when each pod was first seen with the annotation, and
+    # which pods can hear one (the label the operator puts on them).
+    watch_annotations: tuple[str, ...] = ()
+    annotated: dict[tuple[Key, str], float] = field(default_factory=dict)
+    hears_checkpoint: set[Key] = field(default_factory=set)
 
     def on_pod(self, kind: str, pod: dict[str, Any], now: float) -> None:
         meta = pod["metadata"]
@@ -44,9 +50,15 @@ class Timeline:
         if key not in self.pod_added:
             self.pod_added[key] = now
         self.pod_uids[key].add(meta["uid"])
-        job = (meta.get("labels") or {}).get(JOB_LABEL)
+        labels = meta.get("labels") or {}
+        job = labels.get(JOB_LABEL)
         if job:
             self.pods_of_job[(meta["namespace"], job)].add(meta["name"])
+        if CHECKPOINT_FILE_LABEL in labels:
+            self.hears_checkpoint.add(key)
+        for annotation in self.watch_annotations:
+            if annotation in (meta.get("annotations") or {}):
+                self.annotated.setdefault((key, annotation), now)
         phase = "" if kind == "DELETED" else (pod.get("status") or {}).get("phase", "")
         if phase == "Succeeded":
             self.pod_succeeded.setdefault(key, now)
