@@ -42,6 +42,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
    -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z -X $pkg.gitCommit=module-proxy-$version"
   tmp=$(mktemp -d "$BIN_ROOT/.build-XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT  # a build stopped half-way (make test ends the lanes' background build) leaves none
   started=$SECONDS
   (cd "$graph" && go build -ldflags "$ldflags" -o "$tmp/" "${missing[@]}")
   echo "built Kubernetes $version's ${missing[*]##*/} in $((SECONDS - started)) s" >&2

@@ -74,11 +74,13 @@ class Background:
     nice: int
 
 
-# The previous minor's control plane and Prometheus, each for one test late in the KWOK lane
+# The previous minor's control plane and Prometheus, each for one test of the KWOK lane
 # (tests/integration/test_plane_upgrade.py, test_prometheus_dashboard.py), which runs the same script:
 # it waits on this build's lock, then finds it built. Before the lanes, they held both back by their
 # 180 s of compiling from a new machine's empty cache; beside them, at niceness 15, they take what the
-# lanes leave.
+# lanes leave: 11 minutes of a fresh clone's run. Both tests are marked `late` (they run at the end of
+# their session, 20 minutes in), so that pytest's 600 s timeout, which their setup's wait counts
+# against, is never what a slow build meets.
 BACKGROUND = (Background("late-builds", ("make", "--no-print-directory", "previous-plane", "prometheus"), nice=15),)
 
 

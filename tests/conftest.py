@@ -36,7 +36,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.get_closest_marker("after_all") is not None)  # stable: the rest keep their order
+    def place(item: pytest.Item) -> int:
+        return 2 if item.get_closest_marker("after_all") else 1 if item.get_closest_marker("late") else 0
+
+    items.sort(key=place)  # stable: the rest keep their order
 
 
 def want_real_node() -> bool:

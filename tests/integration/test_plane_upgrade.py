@@ -122,6 +122,8 @@ def bound(cluster: Cluster, job: str) -> int:
                if p.spec.node_name and not p.metadata.deletion_timestamp)
 
 
+# Late in its session: `make test` builds what it needs beside the lanes (hack/testlanes.py).
+@pytest.mark.late
 def test_gang_jobs_running_and_suspended_come_through_an_upgrade(plane: Cluster) -> None:
     from localcluster import kube_version
 

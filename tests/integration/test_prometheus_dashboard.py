@@ -113,6 +113,8 @@ def panel_queries(namespace: str, job: str) -> list[tuple[str, str]]:
     return out
 
 
+# Late in its session: `make test` builds what it needs beside the lanes (hack/testlanes.py).
+@pytest.mark.late
 def test_every_dashboard_panel_returns_data_for_a_running_job(cluster: Cluster, namespace: str,
                                                               prometheus: Prometheus, tmp_path: Path) -> None:
     # A scrape before the job exists: its counters' increase is measured from there.

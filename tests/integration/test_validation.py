@@ -11,7 +11,7 @@ import yaml
 
 import manifests
 from manifests import mwms_job, ps_job, replica
-from support import Cluster
+from support import CRD_FILE, Cluster, install_crd, wait_for
 
 Job = dict[str, Any]
 
@@ -173,6 +173,37 @@ def test_the_largest_jobs_the_size_rules_admit_are_accepted(crd: Cluster, namesp
         result = crd.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest),
                              check=False)
         assert result.returncode == 0, result.stderr
+
+
+def test_a_job_stored_before_the_size_rules_keeps_its_status_writes_and_edits(crd: Cluster, namespace: str) -> None:
+    """The review of issue 45: a rule on the whole object runs on every update of it, the status
+    subresource's included. An SSH job of 6,000 workers ran before the size rules (its ConfigMap fits
+    in a short namespace; the rule counts a 63-character one): after the CRD's upgrade its status and
+    its labels are still written. The rules are a creation's (optionalOldSelf)."""
+    big = edit(mpi_job, lambda j: (j["spec"]["mpi"]["worker"].update(replicas=6000),
+                                   j["spec"].setdefault("runPolicy", {}).update(suspend=True)))
+
+    def refused() -> bool:
+        result = crd.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(big),
+                             check=False)
+        return result.returncode != 0 and "too many workers" in result.stderr
+
+    before = yaml.safe_load(CRD_FILE.read_text())
+    rules = before["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
+    before["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"] = [
+        r for r in rules if not r.get("optionalOldSelf")]
+    crd.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump(before))
+    try:
+        wait_for(lambda: not refused(), 60, "the CRD without the size rules served")
+        crd.apply(big, namespace)
+    finally:
+        install_crd(crd)
+        wait_for(refused, 60, "the size rules enforced again")
+    crd.custom.patch_namespaced_custom_object_status("disttrain.dev", "v1", namespace, "disttrainjobs", "hvd",
+                                                     {"status": {"message": "written after the upgrade"}},
+                                                     _content_type="application/merge-patch+json")
+    crd.kubectl("label", "dtj", "hvd", "-n", namespace, "edited=after-the-upgrade")
+    assert crd.job(namespace, "hvd")["metadata"]["labels"]["edited"] == "after-the-upgrade"
 
 
 def test_replicas_cannot_change_after_creation(crd: Cluster, namespace: str) -> None:

@@ -91,3 +91,24 @@ def test_a_failed_patch_is_raised_after_the_rest_and_is_the_only_one_made_again(
 
     asyncio.run(children.annotate(REF, marks))  # the pass again, while the request stands
     assert kube.patched[19:] == ["big-worker-3"]
+
+
+def test_a_job_forgotten_while_its_pods_are_patched_is_not_remembered_and_another_jobs_patches_are() -> None:
+    """forget() builds new dicts: patches that ended after it were written to the old one and lost (the
+    review: every pod patched again on the next pass), or, written to the new one, held forever."""
+    kube = SlowAnnotations()
+    children = Children(kube, groups=None, create_concurrency=8)  # type: ignore[arg-type]
+    other = JobRef("other", "ns", "other-uid")
+    marks = [(pod(i), {"disttrain.dev/checkpoint-request": "r1"}) for i in range(40)]
+
+    async def scenario() -> None:
+        fan_outs = asyncio.gather(children.annotate(REF, marks), children.annotate(other, marks))
+        await asyncio.sleep(ROUND_TRIP / 2)
+        children.forget(REF.uid)  # the job deleted while its request goes out
+        children.forget("a-third-job")
+        await fan_outs
+
+    asyncio.run(scenario())
+    assert not any(uid == REF.uid for uid, _ in children.marked)
+    assert sum(1 for uid, _ in children.marked if uid == other.uid) == 40
+    assert children.annotating == []

@@ -22,6 +22,7 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
 from disttrain.api.crd import crd
+from disttrain.api.crd_size import CREATE_ONLY
 
 Schema = dict[str, Any]
 
@@ -140,10 +141,13 @@ def _program(rule: str) -> Any:
 
 def _rule_lines(value: Any, schema: Schema, path: str) -> Iterator[str]:
     for rule in schema.get("x-kubernetes-validations") or ():
-        if "oldSelf" in rule["rule"]:
+        text = rule["rule"]
+        if rule.get("optionalOldSelf") and text.startswith(CREATE_ONLY):
+            text = text[len(CREATE_ONLY):]  # a creation's rule: what follows decides when there is no oldSelf
+        elif "oldSelf" in text:
             continue  # a transition rule: an update's, never a create's
         try:
-            held = bool(_program(rule["rule"]).evaluate({"self": json_to_cel(value)}))
+            held = bool(_program(text).evaluate({"self": json_to_cel(value)}))
         except CELEvalError as err:  # a field a rule reads without has(): the API server says so too
             yield f"{path or '<root>'}: Invalid value: {_shown(value)}: rule {rule['rule']!r}: {err.args[0]}"
             continue

@@ -5,8 +5,10 @@ What grows with a job's size, and the limit each meets first:
 
 - **TF_CONFIG** lists every chief, ps and worker in each pod's environment, one variable that Linux caps
   at 131,072 bytes (MAX_ARG_STRLEN, include/uapi/linux/binfmts.h): past it `execve` fails with E2BIG and
-  no container of the job can start. The etcd request limit (1.5 MiB) and the API server's (3 MiB) are
-  far above one variable; the kubelet passes the environment as the pod says.
+  no container of the job can start. Each container of a pod gets it: the etcd request limit (1.5 MiB)
+  holds eleven such containers; the API server refuses a pod past it in its own words (the job fails
+  `InvalidPodTemplate`). A job whose containers all set TF_CONFIG themselves is bounded the same: the
+  rules can't read every template's env within CEL's cost budget.
 - **An MPI job's ConfigMap** holds the hostfile and discover_hosts.sh, one line each per worker: the API
   server refuses a ConfigMap whose data passes 1 MiB (core.MaxSecretSize, ValidateConfigMap).
 - **Gloo's environment** is the same few variables for 2 workers or 10,000 (builders/gloo.py): no bound
@@ -22,6 +24,8 @@ operator checks a job made before these rules all the same (decide/size_steps.py
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from disttrain.api.spec import MPIBootstrap
 
@@ -41,8 +45,12 @@ MAX_NAMESPACE = 63
 # line `echo <host>:<n>\n`, each host `<job>-worker-<i>.<job>.<ns>.svc`: 2 x (2 x the name, the index's
 # digits, the namespace) and the slots' digits twice, and this.
 MPI_LINES_FIXED = 2 * len("-worker-...svc") + len(" slots=\n") + len("echo :\n")
-# The slots' digits where slotsPerWorker is not set (a worker's GPUs: DRA allocates at most 32 x 32).
+# The slots' digits where slotsPerWorker is not set (a worker's GPUs: DRA allocates at most 32 x 32;
+# nvidia.com/gpu has no bound, but 10,000 GPUs in a pod is none anyone has).
 GPU_SLOT_DIGITS = 4
+# What makes a rule a creation's only (with optionalOldSelf); the offline check (api/admission.py),
+# which sees creations only, reads the rule after it.
+CREATE_ONLY = "oldSelf.hasValue() || "
 
 
 def tf_members_fit(name: int, members: int) -> int:
@@ -61,7 +69,7 @@ def _tf_members(t: str) -> str:
     return " + ".join(f"(has({t}.{rtype}) ? {t}.{rtype}.replicas : 0)" for rtype in ("chief", "ps", "worker"))
 
 
-def size_rules() -> list[dict[str, str]]:
+def size_rules() -> list[dict[str, Any]]:
     """The rules on the whole object (they read metadata.name), in CEL's integer arithmetic only."""
     name = "size(self.metadata.name)"
     members = _tf_members("self.spec.tensorflow")
@@ -75,8 +83,15 @@ def size_rules() -> list[dict[str, str]]:
     mpi_fit = f"({CONFIG_MAP_BYTES} / {mpi_worker})"
     # Static messages: a messageExpression's string arithmetic on metadata.name (no maxLength) is costed
     # by CEL at the request's size, and the API server refused the CRD (100x over budget, tried).
+    # At creation only (optionalOldSelf: oldSelf has no value then): a rule on the whole object runs
+    # again on every update of it, the operator's status writes included, and a job stored before the
+    # rules that breaks one (an SSH job of 5,000 workers in a short namespace, fine, past the bound
+    # that counts a 63-character one) would have every status write refused. The counts a rule reads
+    # don't change after creation (replicas and maxReplicas are immutable; an elastic job's replicas
+    # stay within maxReplicas, which the rule counts).
     return [
-        {"rule": f"!has(self.spec.tensorflow) || {members} <= {tf_fit}",
+        {"rule": f"{CREATE_ONLY}!has(self.spec.tensorflow) || {members} <= {tf_fit}",
+         "optionalOldSelf": True,
          "fieldPath": ".spec.tensorflow",
          "message": (
              f"too many members: TF_CONFIG lists every chief, ps and worker in each pod's environment, one "
@@ -85,8 +100,9 @@ def size_rules() -> list[dict[str, str]]:
              f"{TF_ENTRY_FIXED}) of them: {tf_members_fit(51, 1024):,} with a 51-character name, "
              f"{tf_members_fit(5, 4000):,} with a 5-character one"),
          "reason": "FieldValueForbidden"},
-        {"rule": f"!has({mpi}) || {mpi}.bootstrap == '{MPIBootstrap.GLOO.value}' || !has({mpi}.worker) || "
-                 f"{workers} <= {mpi_fit}",
+        {"rule": f"{CREATE_ONLY}!has({mpi}) || {mpi}.bootstrap == '{MPIBootstrap.GLOO.value}' || "
+                 f"!has({mpi}.worker) || {workers} <= {mpi_fit}",
+         "optionalOldSelf": True,
          "fieldPath": ".spec.mpi.worker.replicas",
          "message": (
              f"too many workers: the hostfile and discover_hosts.sh list every one in a ConfigMap, which holds "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from disttrain.api.constants import DISCOVERY_ANNOTATION, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
@@ -36,12 +36,15 @@ class Children:
         self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
         self.annotated: dict[tuple[str, str], str] = {}  # (job uid, pod uid) -> discovery digest annotated
         self.marked: dict[tuple[str, str], dict[str, str]] = {}  # (job uid, pod uid) -> plan annotations made
+        self.annotating: list[set[str]] = []  # per fan-out in flight: the jobs forgotten meanwhile
 
     def forget(self, uid: str) -> None:
         self.supported.discard(uid)
         self.written = {k: v for k, v in self.written.items() if k[0] != uid}
         self.annotated = {k: v for k, v in self.annotated.items() if k[0] != uid}
         self.marked = {k: v for k, v in self.marked.items() if k[0] != uid}
+        for forgotten in self.annotating:
+            forgotten.add(uid)
 
     async def create_all(self, exp: Expectations, ref: JobRef, framework: str,
                           objects: list[dict[str, Any]]) -> tuple[tuple[Reason, str] | None, bool]:
@@ -161,26 +164,36 @@ class Children:
         digest = hashlib.sha256(json.dumps(obj["data"], sort_keys=True).encode()).hexdigest()[:16]
         wanted = {DISCOVERY_ANNOTATION: digest}
         await self._annotate_each(ref, [(pod, wanted, digest) for pod in remount
-                                        if self.annotated.get((ref.uid, pod.uid)) != digest], self.annotated)
+                                        if self.annotated.get((ref.uid, pod.uid)) != digest], lambda: self.annotated)
 
     async def annotate(self, ref: JobRef, marks: Sequence[tuple[ObservedPod, dict[str, str]]]) -> None:
         """A plan's annotations (a checkpoint request), each pod patched once with each: a failed
         patch raises and the pass, which plans them again while the request stands, retries it."""
         await self._annotate_each(ref, [(pod, wanted, wanted) for pod, wanted in marks
-                                        if self.marked.get((ref.uid, pod.uid)) != wanted], self.marked)
+                                        if self.marked.get((ref.uid, pod.uid)) != wanted], lambda: self.marked)
 
     async def _annotate_each(self, ref: JobRef, marks: Sequence[tuple[ObservedPod, dict[str, str], Any]],
-                             made: dict[tuple[str, str], Any]) -> None:
+                             memory: Callable[[], dict[tuple[str, str], Any]]) -> None:
         """Patch each pod with its annotations, concurrently within the operator's bound on writes in
         flight (the Controller's create_concurrency, 80): one at a time, a 1,024-worker job's checkpoint
         request reached its last pod 1,024 round trips after its first, seconds of a 30 s grace period
-        (issue 45). Each patch made is remembered (`made`), whatever became of the others; the first
-        failure is raised once all have ended."""
+        (issue 45). Each patch made is remembered in `memory()`, whatever became of the others,
+        unless the job was forgotten meanwhile (deleted: remembered then, it would be held forever);
+        the first failure is raised once all have ended."""
+        made: dict[tuple[str, str], Any] = {}
+        forgotten: set[str] = set()
+
         async def one(pod: ObservedPod, wanted: dict[str, str], remembered: Any) -> None:
             async with self.creates:
                 await self.kube.annotate_pod(ref.namespace, pod.name, pod.uid, wanted)
             made[(ref.uid, pod.uid)] = remembered
 
-        results = await asyncio.gather(*(one(*mark) for mark in marks), return_exceptions=True)
+        self.annotating.append(forgotten)
+        try:
+            results = await asyncio.gather(*(one(*mark) for mark in marks), return_exceptions=True)
+        finally:
+            self.annotating = [other for other in self.annotating if other is not forgotten]  # this one, not an equal
+            if ref.uid not in forgotten:
+                memory().update(made)
         if failed := next((r for r in results if isinstance(r, BaseException)), None):
             raise failed
