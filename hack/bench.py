@@ -50,6 +50,8 @@ sys.path.insert(0, str(REPO / "operator"))
 import bench_large  # noqa: E402
 import bench_progress  # noqa: E402
 from bench_observe import (  # noqa: E402
+    OPERATOR_USER,
+    PLAIN_USER,
     AuditLog,
     Timeline,
     descendants,
@@ -68,7 +70,6 @@ from localcluster import LocalCluster  # noqa: E402
 from ports import free_port  # noqa: E402
 
 RESULTS = REPO / "bench"
-OPERATOR_USER, PLAIN_USER = "disttrain-operator", "disttrain-plain"
 PODS_PER_JOB = 5
 # What --only can pick; the burst brings its completion and after-burst measures with it.
 SCENARIOS = frozenset({"single", "storm", "burst", "large", "scale"})

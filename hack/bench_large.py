@@ -18,7 +18,7 @@ import json
 import time
 from typing import Any
 
-from bench_observe import gather_limited, process_usage, until
+from bench_observe import OPERATOR_USER, gather_limited, process_usage, until
 
 LARGE_WORKERS = 1024
 CHECKPOINT_REQUEST = "disttrain.dev/checkpoint-request"
@@ -64,7 +64,7 @@ async def one(bench: Any, shape: str, workers: int) -> dict[str, Any]:
     await bench.until_running(ns, pods)
     out["apply_to_all_running_s"] = time.monotonic() - started
     await asyncio.sleep(2.5)  # the audit log is written in batches of up to 1 s
-    writes = bench.audit.since_mark("disttrain-operator")
+    writes = bench.audit.since_mark(OPERATOR_USER)
     out["status_writes"] = sum(n for verb, n in writes.items() if verb.endswith("disttrainjobs/status"))
     out["operator_cpu_s"] = process_usage(bench.operator_pid).cpu_seconds - cpu_before
     out |= await _checkpoint_fan_out(bench, ns, name)

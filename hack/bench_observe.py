@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 JOB_LABEL = "disttrain.dev/job-name"
+OPERATOR_USER, PLAIN_USER = "disttrain-operator", "disttrain-plain"  # the audit log's users (AuditLog)
 CHECKPOINT_FILE_LABEL = "disttrain.dev/checkpoint-file"
 PLAIN_LABEL = "bench.disttrain.dev/plain"
 Key = tuple[str, str]  # (namespace, name)

@@ -270,6 +270,16 @@ def chart_identity(cluster: Cluster, tmp: Path) -> Cluster:
     return Cluster(kubeconfig=kubeconfig, local=cluster.local)
 
 
+def built_by(script: str, *args: str) -> Path:
+    """What a hack/ build script prints last, once built: `make test` builds it beside its lanes
+    (hack/testlanes.py), and the script waits on that build's lock, then finds it built; run alone,
+    it builds it (minutes)."""
+    built = subprocess.run([str(ROOT / "hack" / script), *args], cwd=ROOT, capture_output=True, text=True,
+                           check=False)
+    assert built.returncode == 0, f"hack/{script} {' '.join(args)}: exit {built.returncode}\n{built.stderr[-3000:]}"
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
 def install_crd(cluster: Cluster) -> None:
     """The DistTrainJob CRD, applied and served (hack/crdserved.py: established is not served)."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))

@@ -25,10 +25,8 @@ finalizer; the pods, bound already, need it no more. What must hold then:
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +37,7 @@ from support import (
     ROOT,
     Cluster,
     OperatorProcess,
+    built_by,
     chart_identity,
     install_crd,
     pinned_versions,
@@ -58,7 +57,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A plane of its own on FROM's control plane, with the operator as a process."""
     from localcluster import LocalCluster, kube_version
 
-    old = previous_plane()
+    old = built_by("build-kube-version.sh", FROM, "kube-apiserver", "kube-controller-manager", "kube-scheduler")
     assert kube_version(old) == FROM
     local = LocalCluster(root=ROOT / ".cache" / "test-upgrade", nodes=2, gang_schedulers=False, kueue=False,
                          bin_dir=old)
@@ -75,16 +74,6 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         finally:
             operator.stop()
             print("\n--- the operator's log, last lines ---\n" + "\n".join(operator.log().splitlines()[-40:]))
-
-
-def previous_plane() -> Path:
-    """FROM's control plane, its bin folder. `make test` builds it beside the lanes (hack/testlanes.py):
-    the script waits for that build's lock, then finds it built. Run alone, this builds it (minutes)."""
-    command = [str(ROOT / "hack" / "build-kube-version.sh"), FROM, "kube-apiserver", "kube-controller-manager",
-               "kube-scheduler"]
-    built = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-    assert built.returncode == 0, f"{' '.join(command[-4:])}: exit {built.returncode}\n{built.stderr[-3000:]}"
-    return Path(built.stdout.strip().splitlines()[-1])
 
 
 def gang_job(name: str) -> dict[str, Any]:

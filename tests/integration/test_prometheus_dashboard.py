@@ -18,21 +18,12 @@ import pytest
 from manifests import mwms_job
 from ports import free_port
 from progress_support import operator_args, post_report, progress_volume
-from support import ROOT, Cluster, OperatorProcess, rendered_dashboard, wait_for, wait_pods_running
+from support import Cluster, OperatorProcess, built_by, rendered_dashboard, wait_for, wait_pods_running
 
 SCRAPE_SECONDS = 1
 # Grafana's $__rate_interval is at least four scrape intervals; a fixed window that holds several
 # samples stands in for it.
 RATE_INTERVAL = "30s"
-
-
-def prometheus_binary() -> Path:
-    """`make test` builds Prometheus beside its lanes (hack/testlanes.py): the script waits for that
-    build's lock, then finds it built. Run alone, this builds it (a minute or two)."""
-    built = subprocess.run([str(ROOT / "hack" / "build-binaries.sh"), "prometheus"], cwd=ROOT, capture_output=True,
-                           text=True, check=False)
-    assert built.returncode == 0, f"hack/build-binaries.sh prometheus: exit {built.returncode}\n{built.stderr[-3000:]}"
-    return Path(built.stdout.strip().splitlines()[-1])
 
 
 def get_json(url: str) -> Any:
@@ -77,7 +68,7 @@ def served(cluster: Cluster, tmp_path: Path, operator: OperatorProcess) -> Itera
 
 @pytest.fixture
 def prometheus(served: int, tmp_path: Path) -> Iterator[Prometheus]:
-    binary = prometheus_binary()
+    binary = built_by("build-binaries.sh", "prometheus")
     port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(json.dumps({  # JSON is YAML

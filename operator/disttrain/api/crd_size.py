@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from disttrain.api.spec import MPIBootstrap
+from disttrain.api.spec import CLUSTER_MEMBER_TYPES, MPIBootstrap
 
 # One environment variable, `NAME=value` and its NUL (MAX_ARG_STRLEN: 32 pages).
 MAX_ENV_BYTES = 131_072
@@ -66,7 +66,7 @@ def mpi_workers_fit(name: int, workers: int, slot_digits: int) -> int:
 
 
 def _tf_members(t: str) -> str:
-    return " + ".join(f"(has({t}.{rtype}) ? {t}.{rtype}.replicas : 0)" for rtype in ("chief", "ps", "worker"))
+    return " + ".join(f"(has({t}.{rtype}) ? {t}.{rtype}.replicas : 0)" for rtype in CLUSTER_MEMBER_TYPES)
 
 
 def size_rules() -> list[dict[str, Any]]:

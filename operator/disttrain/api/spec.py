@@ -79,6 +79,14 @@ class ReplicaType(StrEnum):
 # Replica types in the order they appear in TF_CONFIG, status and `disttrain render`.
 TF_REPLICA_TYPES = (ReplicaType.CHIEF, ReplicaType.PS, ReplicaType.WORKER, ReplicaType.EVALUATOR)
 MPI_REPLICA_TYPES = (ReplicaType.LAUNCHER, ReplicaType.WORKER)
+# TF_CONFIG's `cluster` (builders/tensorflow.py), and what the CRD's size rule counts (crd_size.py).
+# The evaluator is not a member of the training cluster: it reads checkpoints and never serves.
+# Measured with TensorFlow 2.21 (tests/integration/test_real_tensorflow.py runs it this way):
+# with the evaluator listed in `cluster`, a ParameterServerStrategy chief hangs connecting to
+# the evaluator's address (no server there; still waiting after 120 s), while
+# MultiWorkerMirroredStrategy tolerates it. Left out, both train and the evaluator still
+# learns its role from `task`.
+CLUSTER_MEMBER_TYPES = (ReplicaType.CHIEF, ReplicaType.PS, ReplicaType.WORKER)
 
 
 @dataclass(frozen=True)

@@ -15,21 +15,12 @@ from disttrain.api.constants import TF_CONFIG_ENV
 from disttrain.api.crd_size import MAX_ENV_BYTES, tf_members_fit
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.parse import SpecError
-from disttrain.api.spec import ReplicaType, TensorFlowSpec
+from disttrain.api.spec import CLUSTER_MEMBER_TYPES, TensorFlowSpec
 from disttrain.builders.naming import pod_fqdn, pod_name, service_name
-
-# The evaluator is not a member of the training cluster: it reads checkpoints and never serves.
-# Measured with TensorFlow 2.21 (tests/integration/test_real_tensorflow.py runs it this way):
-# with the evaluator listed in `cluster`, a ParameterServerStrategy chief hangs connecting to
-# the evaluator's address (no server there; still waiting after 120 s), while
-# MultiWorkerMirroredStrategy tolerates it. Left out, both train and the evaluator still
-# learns its role from `task`.
-CLUSTER_MEMBER_TYPES = (ReplicaType.CHIEF, ReplicaType.PS, ReplicaType.WORKER)
 
 
 def _members(tf: TensorFlowSpec) -> tuple[tuple[str, int], ...]:
-    return tuple((str(rtype), replica.replicas) for rtype, replica in tf.replicas.items()
-                 if rtype in CLUSTER_MEMBER_TYPES)
+    return tuple((rtype, count) for rtype, count in _sizes(tf) if rtype in CLUSTER_MEMBER_TYPES)
 
 
 def _cluster(job: str, namespace: str, members: tuple[tuple[str, int], ...], port: int, short: bool) -> str:
