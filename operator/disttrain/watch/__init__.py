@@ -1,3 +1,3 @@
-"""Where events come in: kopf's handlers for jobs and Kueue Workloads (handlers.py), and the operator's
-own pod watch (podwatch.py).
+"""Where events come in: the operator's own list+watch of its jobs and pods (reflector.py, jobwatch.py,
+podwatch.py), and kopf's handlers for Kueue Workloads, its login, start and stop (handlers.py).
 """

@@ -1,20 +1,20 @@
-"""kopf wiring, kept thin: index jobs and Kueue's Workloads, queue a job on any event of it, and
-let the Controller reconcile. Pods come through our own watch (podwatch.py), not kopf's. No
-change-detecting handlers: kopf then writes nothing to our objects (no progress or last-handled
-annotations), so every API write is the operator's."""
+"""kopf wiring, kept thin: log in, start and stop, index Kueue's Workloads and queue a job on any
+event of its Workload, and let the Controller reconcile. Jobs and pods come through our own
+watches (jobwatch.py, podwatch.py), not kopf's. No change-detecting handlers: kopf then writes
+nothing to our objects (no progress or last-handled annotations), so every API write is the
+operator's."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
-import msgspec
 
-from disttrain.api.constants import GROUP, JOB_NAME_LABEL, PLURAL, VERSION
+from disttrain.api.constants import JOB_NAME_LABEL
 from disttrain.apiserver import credentials
 from disttrain.apiserver.kube import Kube
 from disttrain.apiserver.rest import Rest
@@ -27,6 +27,7 @@ from disttrain.decide.queueing import ObservedWorkload, observe_workload
 from disttrain.runtime import metrics, serving_cert
 from disttrain.runtime.health import BEAT_SECONDS, Health
 from disttrain.runtime.memory import trim_when_quiet
+from disttrain.watch.jobwatch import JobWatch
 from disttrain.watch.podwatch import PodWatch, exact_names
 from disttrain.watch.progress_supervisor import EndpointProcess
 
@@ -90,9 +91,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
                             gpu_device_classes=list(memo.get("gpu_device_classes") or ()))
     pods = PodWatch(rest, memo.get("namespaces") or (), changed=controller.queue.add,
                     deleted=controller.tombstones.pod_deleted)
-    controller.bind(pods=pods.view)
+    # DELETED removes the job's series from the gauges.
+    jobs = JobWatch(rest, memo.get("namespaces") or (), changed=controller.queue.add,
+                    observed=metrics.JOB_GAUGES.observe)
+    controller.bind(jobs=jobs.view, pods=pods.view)
     memo["controller"] = controller
     memo["tasks"] = [asyncio.create_task(pods.run(), name="pod watch"),
+                     asyncio.create_task(jobs.run(), name="job watch"),
                      asyncio.create_task(trim_when_quiet(lambda: controller.queue.handled), name="trim")]
     if (health := memo.get("health")) is not None:
         memo["tasks"].append(asyncio.create_task(beat(health), name="health"))
@@ -104,7 +109,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
             forks=memo.get("endpoint_forks"))
         endpoint.start()
     # No job is reconciled before its pods are known: against an empty index it would make them again.
-    await pods.synced.wait()
+    # Nor before the jobs are: a job its pods' events queued would be forgotten, then listed again.
+    await asyncio.gather(pods.synced.wait(), jobs.synced.wait())
     controller.start()
 
 
@@ -129,63 +135,6 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         await controller.stop()
 
 
-# The indexers are async: kopf runs a sync handler in a thread pool (a thread hop, a context copy
-# and a shielded future per event: 18% of the operator's CPU in a burst, profiled); an async one
-# runs inline on the loop.
-@kopf.index(GROUP, VERSION, PLURAL)
-async def jobs_by_key(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[JobKey, HeldJob]:
-    return {(namespace, name): HeldJob(body)}
-
-
-class HeldJob(Mapping[str, Any]):
-    """A job as the index holds it (a copy: kopf's Body is a live view of the latest event). Its
-    spec and status are kept as compact JSON and decoded when read: a pass reads each once (tens
-    of microseconds), and a decoded job is ~10 KB of Python objects where its JSON is ~1 KB
-    (`make bench`: memory per pod held, issue 25)."""
-
-    __slots__ = ("_spec", "_status", "metadata")
-
-    def __init__(self, body: kopf.Body) -> None:
-        self.metadata = held_metadata(body.metadata)
-        self._spec = msgspec.json.encode(dict(body.spec))
-        self._status = msgspec.json.encode(dict(body.status))
-
-    def __getitem__(self, key: str) -> Any:
-        if key == "metadata":
-            return self.metadata
-        if key in ("spec", "status"):
-            return msgspec.json.decode(self._spec if key == "spec" else self._status)
-        raise KeyError(key)
-
-    def __eq__(self, other: object) -> bool:
-        """Compared as held, undecoded: kopf compares an index's old value with its new on every
-        event, and Mapping's own == decodes both (profiled: 1% of a burst's CPU)."""
-        if not isinstance(other, HeldJob):
-            return NotImplemented
-        return (self.metadata, self._spec, self._status) == (other.metadata, other._spec, other._status)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable metadata, as a dict's
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(("metadata", "spec", "status"))
-
-    def __len__(self) -> int:
-        return 3
-
-
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-
-
-def held_metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """A job's metadata as the index holds it: without managedFields and kubectl's copy of the
-    manifest, which reconciling never reads; they were 45% of a held job's memory (7.8 of 17.5 KB
-    for `make bench`'s job, measured with sys.getsizeof over the decoded body)."""
-    held = {k: v for k, v in meta.items() if k != "managedFields"}
-    if LAST_APPLIED in (held.get("annotations") or {}):
-        held["annotations"] = {k: v for k, v in held["annotations"].items() if k != LAST_APPLIED}
-    return held
-
-
 # Kueue's Workloads of queued jobs (queueing.py). kopf watches the resource only once a cluster
 # serves it: without Kueue this costs nothing.
 KUEUE = ("kueue.x-k8s.io", "v1beta2", "workloads")
@@ -197,19 +146,9 @@ async def workloads_by_job(namespace: str, labels: Mapping[str, str], body: kopf
     return {(namespace, labels[JOB_NAME_LABEL]): observe_workload(body)}
 
 
-def _queue(memo: kopf.Memo, key: JobKey, indexes: Mapping[str, kopf.Index[Any, Any]]) -> None:
-    controller: Controller = memo["controller"]
-    # kopf hands the indexes to handlers only; the controller reads them when it reconciles.
-    controller.bind(indexes["jobs_by_key"], workloads=indexes["workloads_by_job"])
-    controller.queue.add(key)
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def job_event(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
-    metrics.JOB_GAUGES.observe(kwargs.get("type"), kwargs["body"])  # DELETED removes the job's series
-    _queue(memo, (namespace, name), kwargs)
-
-
 @kopf.on.event(*KUEUE, labels={JOB_NAME_LABEL: kopf.PRESENT})
 async def workload_event(namespace: str, labels: Mapping[str, str], memo: kopf.Memo, **kwargs: Any) -> None:
-    _queue(memo, (namespace, labels[JOB_NAME_LABEL]), kwargs)
+    controller: Controller = memo["controller"]
+    # kopf hands its indexes to handlers only; the controller reads this one when it reconciles.
+    controller.bind(workloads=kwargs["workloads_by_job"])
+    controller.queue.add((namespace, labels[JOB_NAME_LABEL]))

@@ -1,0 +1,137 @@
+"""One resource's list+watch, as client-go's reflector: the pod watch's and the job watch's loop.
+
+List (paged), then watch from the list's resourceVersion with bookmarks, resume where the last
+event left off when the server ends a watch, and list afresh when the resourceVersion has expired
+(410 Gone). A re-list replaces what the store holds in that scope: an object deleted while no watch
+ran is dropped there. Nothing here outlives the process: a new one lists.
+
+What it follows is the store's: `hold` turns one listed object into what is kept (None: not ours),
+`replace` takes a scope's whole list, `apply` one watch event. The decoders read only what the
+store keeps (pod_events.py, job_events.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from typing import Any, Generic, TypeVar
+
+from disttrain.apiserver.rest import ApiError, Rest, list_pages, path
+from disttrain.apiserver.retries import TRANSIENT
+
+log = logging.getLogger(__name__)
+PAGE = 500  # objects per list page: a re-list of 20,000 pods never holds more than one page's JSON
+WATCH_SECONDS = 270  # the server ends each watch (as kopf's server_timeout); we resume from the last version
+RETRY_SECONDS = (1.0, 30.0)  # backoff after a failed list or watch: first, at most
+
+Held = TypeVar("Held")
+
+
+class Gone(Exception):
+    """The resourceVersion we resume from has expired: list again."""
+
+
+def exact_names(namespaces: Iterable[str]) -> bool:
+    """`disttrain run -n` named namespaces exactly (no glob): a watch in each, and nobody need list
+    the cluster's namespaces to find them (a namespaced install's Roles don't allow it)."""
+    names = list(namespaces)
+    return bool(names) and not any(set(n) & set("*?[]!,") for n in names)
+
+
+def watched(namespace: str, patterns: Iterable[str]) -> bool:
+    """Whether a cluster-wide watch keeps `namespace`, given `disttrain run -n` globs (kopf's
+    syntax: `ml-*`, `!ml-test`); no patterns: every namespace."""
+    patterns = [p for item in patterns for p in item.split(",") if p]
+    if any(p.startswith("!") and fnmatch(namespace, p[1:]) for p in patterns):
+        return False
+    positive = [p for p in patterns if not p.startswith("!")]
+    return not positive or any(fnmatch(namespace, p) for p in positive)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What is followed: `api_version` and `plural` (pods: "v1", "pods"), with a label selector."""
+    api_version: str
+    plural: str
+    label_selector: str
+    decode_list: Callable[[bytes], tuple[list[Any], str, str]]  # a page: its objects, version, continue token
+    decode_event: Callable[[bytes], tuple[str, Any]]  # a watch line: its type and object
+
+
+class Reflector(Generic[Held]):
+    def __init__(self, rest: Rest, resource: Resource, namespaces: Iterable[str],
+                 hold: Callable[[Any], Held | None], replace: Callable[[str | None, list[Held]], None],
+                 apply: Callable[[str, Mapping[str, Any]], None]) -> None:
+        """`namespaces`: exact names (a watch in each), or globs / none (one cluster-wide watch,
+        whose objects the store filters with `watched`)."""
+        names = list(namespaces)
+        self.scopes: list[str | None] = list(names) if exact_names(names) else [None]
+        self.patterns = [] if exact_names(names) else names
+        self.rest, self.resource = rest, resource
+        self.hold, self.replace, self.apply = hold, replace, apply
+        self.synced = asyncio.Event()  # set once every scope has listed
+        self._listed: set[str | None] = set()
+
+    def keeps(self, namespace: str) -> bool:
+        return not self.patterns or watched(namespace, self.patterns)
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self._follow(scope) for scope in self.scopes))
+
+    async def _follow(self, scope: str | None) -> None:
+        version, failures, what = "", 0, f"{self.resource.plural} watch{_where(scope)}"
+        while True:
+            try:
+                if not version:
+                    version = await self._list(scope)
+                    self._listed.add(scope)
+                    if len(self._listed) == len(self.scopes):
+                        self.synced.set()
+                version = await self._watch(scope, version)
+                failures = 0
+            except Gone:
+                log.info("%s: resourceVersion %s expired, listing again", what, version)
+                version = ""
+            except (ApiError, *TRANSIENT) as err:
+                failures += 1
+                wait = min(RETRY_SECONDS[1], RETRY_SECONDS[0] * 2 ** (failures - 1))
+                log.warning("%s failed (retrying in %.0fs): %s: %s", what, wait, type(err).__name__, err)
+                if isinstance(err, ApiError) and err.status == 410:
+                    version = ""
+                await asyncio.sleep(wait)
+
+    async def _list(self, scope: str | None) -> str:
+        """Every object in `scope`, paged, each kept as the store holds it (one page's JSON at a time)."""
+        found: list[Held] = []
+        params = {"labelSelector": self.resource.label_selector, "limit": str(PAGE)}
+        version = ""
+        url = path(self.resource.api_version, self.resource.plural, scope)
+        async for items, listed_at, _ in list_pages(self.rest, url, params, self.resource.decode_list,
+                                                   lambda page: page[2]):
+            version = listed_at  # every page's is the first's: one snapshot
+            found += (held for item in items if (held := self.hold(item)) is not None)
+        self.replace(scope, found)
+        return version
+
+    async def _watch(self, scope: str | None, version: str) -> str:
+        """Follow from `version` until the server ends the watch: the version to resume from."""
+        params = {"labelSelector": self.resource.label_selector, "resourceVersion": version,
+                  "allowWatchBookmarks": "true", "timeoutSeconds": str(WATCH_SECONDS)}
+        url = path(self.resource.api_version, self.resource.plural, scope)
+        async for line in self.rest.watch_lines(url, params, read_timeout=WATCH_SECONDS + 30):
+            kind, obj = self.resource.decode_event(line)
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    raise Gone(obj.get("message"))
+                raise ApiError(int(obj.get("code") or 500), str(obj.get("reason") or "watch error"), line)
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            if kind != "BOOKMARK":
+                self.apply(kind, obj)
+        return version
+
+
+def _where(scope: str | None) -> str:
+    return f" in {scope}" if scope else ""
