@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from manifests import mpi_job, replica, tf_job
-from support import Cluster, record_timing, wait_for
+from support import Cluster, OperatorProcess, record_timing, wait_for
 
 pytestmark = pytest.mark.usefixtures("operator")
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -153,6 +153,26 @@ def test_a_higher_priority_job_preempts_without_spending_a_restart(cluster: Clus
     assert not first & {p.metadata.uid for p in pods_of(cluster, queue_ns, "low")}, "started afresh"
     cluster.finish_pod(queue_ns, "low-worker-0", 0)
     assert cluster.wait_phase(queue_ns, "low", "Succeeded")["restarts"] == 0
+
+
+def test_a_restarted_operator_leaves_an_admitted_jobs_pods_alone(cluster: Cluster, queue_ns: str,
+                                                                  operator: OperatorProcess) -> None:
+    """Issue 45's review: with the jobs followed by a watch of the operator's own, a restarted
+    operator reconciled a queued job before it knew the job's Workload, read that as a Workload
+    gone, and deleted the job's running pods. Reconciling now waits for all three watches' lists."""
+    setup_queue(cluster, queue_ns, gpus=16)
+    cluster.apply(eight_gpu_job("steady"), queue_ns)
+    cluster.wait_phase(queue_ns, "steady", "Running", timeout=30)
+    before = {p.metadata.name: p.metadata.uid for p in pods_of(cluster, queue_ns, "steady")}
+    operator.stop()
+    operator.start()
+    began = time.monotonic()
+    while time.monotonic() - began < 15:  # its start, lists and first passes take ~3 s here
+        pods = cluster.pods(queue_ns, "disttrain.dev/job-name=steady")
+        assert {p.metadata.name: p.metadata.uid for p in pods} == before, "the pods are the ones before the restart"
+        assert not any(p.metadata.deletion_timestamp for p in pods), "no pod of the job deleted"
+        time.sleep(0.5)
+    assert cluster.job_status(queue_ns, "steady")["phase"] == "Running"
 
 
 def test_flavor_labels_land_on_an_mpi_jobs_pods_admitted_together(cluster: Cluster, queue_ns: str) -> None:
@@ -332,7 +352,7 @@ def test_kueues_own_webhooks_admit_the_workloads_the_operator_writes(cluster: Cl
 def test_without_kueue_the_operator_asks_nothing_of_it(tmp_path: Any) -> None:
     """On a cluster that serves no Kueue: jobs run, no error, and not one request about Kueue."""
     from localcluster import LocalCluster
-    from support import OperatorProcess, install_crd
+    from support import install_crd
 
     with LocalCluster(root=tmp_path / "plane", nodes=1, gang_schedulers=False, kueue=False) as plane:
         bare = Cluster(kubeconfig=plane.kubeconfig)

@@ -95,7 +95,7 @@ def test_a_cluster_wide_watch_keeps_the_namespaces_its_globs_name() -> None:
     api = ScriptedAPI([[page([job("a", namespace="ml-team"), job("b", namespace="ml-test", uid="u2")], "10")]], [[
         line("ADDED", job("c", namespace="prod", uid="u3", version="11")),
     ]])
-    watch, queued, _ = follow(api, namespaces=["ml-*", "!ml-test"])
+    watch, queued, _ = follow(api, namespaces=["ml-*, !ml-test"])
     assert list(watch.view) == [("ml-team", "a")] and queued == [("ml-team", "a")]
     assert api.requests[0].get("limit") == "500"
 

@@ -131,7 +131,8 @@ def test_a_pod_that_stops_being_its_jobs_is_dropped() -> None:
 
 
 def test_namespace_globs_as_kopf_reads_them() -> None:
-    assert watched("ml-team", ["ml-*"]) and not watched("ml-test", ["ml-*", "!ml-test"])
+    assert watched("ml-team", ["ml-*"]) and not watched("ml-test", ["ml-*,!ml-test"])
+    assert watched("ml-test", ["ml-*", "!ml-test"]), "each -n on its own: the second keeps all but ml-test"
     assert watched("anything", []) and not watched("prod", ["ml-*,dev"])
 
 

@@ -48,7 +48,7 @@ from disttrain.runtime.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]  # (namespace, name)
-# kopf's indexes (each key maps to the values its objects contributed: one job body), and the pod watch's.
+# The watches' indexes (watch/): a job's key -> its body (one), its pods, its Workloads.
 JobIndex = Mapping[JobKey, Iterable[Mapping[str, Any]]]
 PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
 WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
@@ -91,7 +91,7 @@ class Controller:
 
     def bind(self, jobs: JobIndex | None = None, pods: PodIndex | None = None,
              workloads: WorkloadIndex | None = None) -> None:
-        """The indexes reconciling reads: kopf's (jobs, workloads), the pod watch's (pods)."""
+        """The indexes reconciling reads: the job, pod and Workload watches' (watch/)."""
         self._jobs = self._jobs if jobs is None else jobs
         self._pods = self._pods if pods is None else pods
         self._workloads = self._workloads if workloads is None else workloads
@@ -115,7 +115,7 @@ class Controller:
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return None
-        # Decoded once for the pass (the index may hold it as JSON: watch/handlers.py, HeldJob).
+        # Decoded once for the pass (the index holds it as JSON: watch/job_events.py, HeldJob).
         body = self.statuses.view(key, dict(body))
         ref = JobRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
         if self.uids.get(key) not in (None, ref.uid):

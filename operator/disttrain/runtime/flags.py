@@ -74,7 +74,8 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--gpu-device-class", action="append", default=[], metavar="NAME",
                      help="a DRA DeviceClass whose devices are GPUs (repeatable), besides those whose selectors pin "
                      "NVIDIA's driver gpu.nvidia.com: an MPI worker's claims on them give it its slots")
-    run.add_argument("--verbose", "-v", action="store_true", help="debug logs, and every event kopf handles")
+    run.add_argument("--verbose", "-v", action="store_true",
+                     help="debug logs (each refused progress report among them)")
 
 
 def add_job_arguments(cmd: argparse.ArgumentParser, follow_help: str) -> argparse.ArgumentParser:

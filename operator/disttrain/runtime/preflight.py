@@ -64,12 +64,13 @@ async def check_kubernetes_version(login: Callable[[], Endpoint]) -> tuple[str |
 
 async def wait_for_crd(log: Any, login: Callable[[], Endpoint], interval: float = 1.0) -> None:
     """Until the API server serves DistTrainJobs, with a status schema that has every field this
-    operator writes. kopf resolves its resources when it starts and did not pick up a CRD that became
-    established a moment later (seen: an operator started right after `kubectl apply` of the CRD
-    never reconciled a job). And `helm upgrade` never updates a chart's CRDs: under an older schema
-    the API server prunes the status fields it doesn't know (status.sshSecret, status.elastic.leaving),
-    and a job's status would lose what its next pass reads (issue 31's review); and the spec fields a
-    user writes (spec.mpi.bootstrap), silently. The operator waits, not Ready, saying what to apply,
+    operator writes. A watch of a resource not yet served fails until it is (when kopf followed jobs,
+    it resolved its resources once at its start and never picked up a CRD established a moment
+    later: an operator started right after `kubectl apply` of the CRD never reconciled a job). And
+    `helm upgrade` never updates a chart's CRDs: under an older schema the API server prunes the status
+    fields it doesn't know (status.sshSecret, status.elastic.leaving), and a job's status would lose
+    what its next pass reads (issue 31's review); and the spec fields a user writes
+    (spec.mpi.bootstrap), silently. The operator waits, not Ready, saying what to apply,
     rather than run on it (the README's upgrade steps apply the CRD first)."""
     async with Rest(login, max_connections=2) as rest:
         said: set[str] = set()

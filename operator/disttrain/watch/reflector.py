@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 PAGE = 500  # objects per list page: a re-list of 20,000 pods never holds more than one page's JSON
 WATCH_SECONDS = 270  # the server ends each watch (as kopf's server_timeout); we resume from the last version
 RETRY_SECONDS = (1.0, 30.0)  # backoff after a failed list or watch: first, at most
+NOT_SERVED_SECONDS = 60.0  # between looks for an optional resource the cluster doesn't serve
 
 Held = TypeVar("Held")
 
@@ -38,17 +39,31 @@ def exact_names(namespaces: Iterable[str]) -> bool:
     """`disttrain run -n` named namespaces exactly (no glob): a watch in each, and nobody need list
     the cluster's namespaces to find them (a namespaced install's Roles don't allow it)."""
     names = list(namespaces)
-    return bool(names) and not any(set(n) & set("*?[]!,") for n in names)
+    return bool(names) and not any(set(n) & set("*?[]!, ") for n in names)
 
 
 def watched(namespace: str, patterns: Iterable[str]) -> bool:
-    """Whether a cluster-wide watch keeps `namespace`, given `disttrain run -n` globs (kopf's
-    syntax: `ml-*`, `!ml-test`); no patterns: every namespace."""
-    patterns = [p for item in patterns for p in item.split(",") if p]
-    if any(p.startswith("!") and fnmatch(namespace, p[1:]) for p in patterns):
-        return False
-    positive = [p for p in patterns if not p.startswith("!")]
-    return not positive or any(fnmatch(namespace, p) for p in positive)
+    """Whether a cluster-wide watch keeps `namespace`, given `disttrain run -n` patterns, read as kopf
+    reads them (kopf/_cogs/structs/references.py, match_namespace; tests/unit/test_podwatch.py
+    compares the two): each -n is a pattern, and any one matching keeps the namespace; a pattern
+    is comma-separated globs, spaces ignored; its first inclusive glob matches, a `!glob` after
+    it excludes, and a later inclusive glob takes back only what the first matched; a pattern
+    that starts with `!` starts from `*`. No patterns: every namespace."""
+    patterns = list(patterns)
+    return not patterns or any(_matches(namespace, pattern) for pattern in patterns)
+
+
+def _matches(namespace: str, pattern: str) -> bool:
+    globs = [glob.strip() for glob in pattern.split(",")]
+    if globs[0].startswith("!"):
+        globs.insert(0, "*")
+    matched = first = fnmatch(namespace, globs[0])
+    for glob in globs[1:]:
+        if glob.startswith("!"):
+            matched = matched and not fnmatch(namespace, glob[1:])
+        else:
+            matched = matched or (first and fnmatch(namespace, glob))
+    return matched
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,9 @@ class Resource:
     label_selector: str
     decode_list: Callable[[bytes], tuple[list[Any], str, str]]  # a page: its objects, version, continue token
     decode_event: Callable[[bytes], tuple[str, Any]]  # a watch line: its type and object
+    # Served only where another project is installed (Kueue's Workloads): not served (404) counts as
+    # listed and empty, and is looked for again every NOT_SERVED_SECONDS without a warning.
+    optional: bool = False
 
 
 class Reflector(Generic[Held]):
@@ -67,13 +85,14 @@ class Reflector(Generic[Held]):
                  apply: Callable[[str, Mapping[str, Any]], None]) -> None:
         """`namespaces`: exact names (a watch in each), or globs / none (one cluster-wide watch,
         whose objects the store filters with `watched`)."""
-        names = list(namespaces)
+        names = list(dict.fromkeys(namespaces))  # a namespace named twice is watched once
         self.scopes: list[str | None] = list(names) if exact_names(names) else [None]
         self.patterns = [] if exact_names(names) else names
         self.rest, self.resource = rest, resource
         self.hold, self.replace, self.apply = hold, replace, apply
         self.synced = asyncio.Event()  # set once every scope has listed
         self._listed: set[str | None] = set()
+        self.scope_served: dict[str | None, bool] = {}  # an optional resource's: False while not served
 
     def keeps(self, namespace: str) -> bool:
         return not self.patterns or watched(namespace, self.patterns)
@@ -87,21 +106,42 @@ class Reflector(Generic[Held]):
             try:
                 if not version:
                     version = await self._list(scope)
-                    self._listed.add(scope)
-                    if len(self._listed) == len(self.scopes):
-                        self.synced.set()
+                    if self.scope_served.get(scope) is False:
+                        log.info("%s: served now", what)
+                    self.scope_served[scope] = True
+                    self._synced(scope)
                 version = await self._watch(scope, version)
                 failures = 0
             except Gone:
                 log.info("%s: resourceVersion %s expired, listing again", what, version)
                 version = ""
-            except (ApiError, *TRANSIENT) as err:
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # anything else: said, and listed afresh after a back-off
+                if self.resource.optional and isinstance(err, ApiError) and err.status == 404:
+                    if self.scope_served.get(scope, True):
+                        log.info("%s: not served here (%s); looking again every %.0fs", what,
+                                 self.resource.api_version, NOT_SERVED_SECONDS)
+                    self.scope_served[scope], version, failures = False, "", 0
+                    self.replace(scope, [])
+                    self._synced(scope)
+                    await asyncio.sleep(NOT_SERVED_SECONDS)
+                    continue
                 failures += 1
                 wait = min(RETRY_SECONDS[1], RETRY_SECONDS[0] * 2 ** (failures - 1))
-                log.warning("%s failed (retrying in %.0fs): %s: %s", what, wait, type(err).__name__, err)
-                if isinstance(err, ApiError) and err.status == 410:
+                if isinstance(err, (ApiError, *TRANSIENT)):
+                    log.warning("%s failed (retrying in %.0fs): %s: %s", what, wait, type(err).__name__, err)
+                    if isinstance(err, ApiError) and err.status == 410:
+                        version = ""
+                else:  # our own defect, not the API server's: its traceback, and a fresh list
+                    log.exception("%s: unexpected error (listing again in %.0fs)", what, wait)
                     version = ""
                 await asyncio.sleep(wait)
+
+    def _synced(self, scope: str | None) -> None:
+        self._listed.add(scope)
+        if len(self._listed) == len(self.scopes):
+            self.synced.set()
 
     async def _list(self, scope: str | None) -> str:
         """Every object in `scope`, paged, each kept as the store holds it (one page's JSON at a time)."""
