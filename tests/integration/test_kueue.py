@@ -350,7 +350,8 @@ def test_kueues_own_webhooks_admit_the_workloads_the_operator_writes(cluster: Cl
 
 
 def test_without_kueue_the_operator_asks_nothing_of_it(tmp_path: Any) -> None:
-    """On a cluster that serves no Kueue: jobs run, no error, and not one request about Kueue."""
+    """On a cluster that serves no Kueue: jobs run, no error, and not one request for Kueue's objects
+    (the Workload watch's 404 and its discovery GET, once a minute, are counted under no group)."""
     from localcluster import LocalCluster
     from support import install_crd
 

@@ -11,6 +11,7 @@ from fakes import FakeKube
 from test_controller import KEY, RUNNING, Harness, run
 
 from disttrain.builders.progress import ProgressEndpoint
+from disttrain.control.controller import WORKLOADS_UNLISTED_RETRY
 from disttrain.decide import queueing
 from disttrain.decide.queueing import QUEUE_LABEL
 from manifests import mwms_job
@@ -149,4 +150,27 @@ def test_a_job_that_left_its_queue_still_gives_way_to_a_kueue_eviction() -> None
         h.body["status"] = copy.deepcopy(h.status())
         await step(h)
         assert h.status()["phase"] in ("Pending", "Running"), h.status()
+    run(scenario)
+
+
+def test_a_queued_job_waits_while_the_workloads_have_not_listed() -> None:
+    """Issue 45's review: reconciled before its Workload was known (a restarted operator, or the
+    Workload list refused), an admitted job read as one whose Workload is gone, and its running
+    pods were stopped. It waits now, and only it: a job outside any queue goes on."""
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await running_in_queue(h)
+        pods = {p["metadata"]["name"] for p in h.kube.pods()}
+        h.watch(**RUNNING)
+        h.controller.bind(h.jobs, {KEY: h.pods}, {}, workloads_listed=lambda: False)
+        assert await h.reconcile() == WORKLOADS_UNLISTED_RETRY
+        assert {p["metadata"]["name"] for p in h.kube.pods()} == pods, "no pod stopped"
+        h.controller.bind(workloads_listed=lambda: True)
+        await step(h)
+        assert {p["metadata"]["name"] for p in h.kube.pods()} == pods and h.status()["phase"] == "Running"
+
+        free = Harness(mwms_job("free", workers=1))
+        free.controller.bind(workloads_listed=lambda: False)
+        await free.reconcile()
+        assert len(free.kube.pods()) == 1, "a job outside any queue doesn't wait on Kueue's API"
     run(scenario)

@@ -16,7 +16,7 @@ from kopf._cogs.structs.references import NamespaceName, match_namespace  # the 
 from test_jobwatch import follow, job
 from test_podwatch import ScriptedAPI, line, page
 
-from disttrain.apiserver.rest import Rest
+from disttrain.apiserver.rest import ApiError, Rest
 from disttrain.watch import reflector
 from disttrain.watch.reflector import exact_names, watched
 from disttrain.watch.workloadwatch import WorkloadWatch
@@ -80,40 +80,90 @@ def workload(name: str, job_name: str, uid: str, version: str = "1", admitted: b
 
 
 class NotServed(ScriptedAPI):
-    """Kueue not installed: 404 for each list, until `served_after` lists have been refused."""
+    """Kueue not installed until `served_after` lists have been refused with 404; discovery says
+    the same, unless `discovery_serves` (a spurious 404, as around an API server's restart)."""
 
-    def __init__(self, served_after: int, lists: list[list[dict[str, Any]]]) -> None:
-        super().__init__(lists, [])
-        self.refused, self.served_after = 0, served_after
+    def __init__(self, served_after: int, lists: list[list[dict[str, Any]]], watches: list[list[bytes]] | None = None,
+                 discovery_serves: bool = False) -> None:
+        super().__init__(lists, watches or [])
+        self.refused, self.served_after, self.discovery_serves = 0, served_after, discovery_serves
+        self.discovered = 0
 
     async def request(self, method: str, url_path: str, **kwargs: Any) -> Any:
-        from disttrain.apiserver.rest import ApiError
-
+        if url_path == "/apis/kueue.x-k8s.io/v1beta2":
+            self.discovered += 1
+            if self.discovery_serves or self.discovered > self.served_after:
+                return {"kind": "APIResourceList", "resources": [{"name": "workloads"}, {"name": "workloads/status"}]}
+            raise ApiError(404, "Not Found", b'{"kind":"Status","code":404}')
         if self.refused < self.served_after:
             self.refused += 1
             raise ApiError(404, "Not Found", b'{"kind":"Status","code":404}')
         return await super().request(method, url_path, **kwargs)
 
 
-def test_workloads_not_served_count_as_listed_and_are_looked_for_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without Kueue, reconciling must not wait on Workloads; installed later, they are followed."""
-    monkeypatch.setattr(reflector, "NOT_SERVED_SECONDS", 0.05)
-    api = NotServed(2, [[page([workload("wl-1", "mnist", "w1", admitted=True)], "10")]])
+def watch_workloads(api: ScriptedAPI, seconds: float = 0.3, synced: bool = True
+                    ) -> tuple[WorkloadWatch, list[tuple[str, str]], bool]:
     queued: list[tuple[str, str]] = []
 
     async def scenario() -> tuple[WorkloadWatch, bool]:
         watch = WorkloadWatch(api, ["ml"], changed=queued.append)  # type: ignore[arg-type]
         task = asyncio.create_task(watch.run())
-        await asyncio.wait_for(watch.synced.wait(), 1)
+        if synced:
+            await asyncio.wait_for(watch.synced.wait(), 1)
         empty_at_sync = len(watch.view) == 0
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(seconds)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return watch, empty_at_sync
     watch, empty_at_sync = asyncio.run(scenario())
-    assert empty_at_sync and api.refused == 2
+    return watch, queued, empty_at_sync
+
+
+def test_workloads_not_served_count_as_listed_and_are_looked_for_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Kueue (a 404 that discovery confirms), reconciling doesn't wait on Workloads;
+    installed later, they are followed."""
+    monkeypatch.setattr(reflector, "NOT_SERVED_SECONDS", 0.05)
+    api = NotServed(2, [[page([workload("wl-1", "mnist", "w1", admitted=True)], "10")]])
+    watch, queued, empty_at_sync = watch_workloads(api)
+    assert empty_at_sync and api.refused == 2 and api.discovered == 2
     [held] = watch.view[("ml", "mnist")]
     assert held.name == "wl-1" and held.cluster_queue == "cq" and queued == [("ml", "mnist")]
+
+
+def test_a_404_that_discovery_denies_is_an_error_and_lists_nothing_as_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spurious 404 for a resource the cluster serves (kubernetes/kubernetes#71218): not "listed
+    and empty", which would have every queued job's pods stopped; retried as any failure."""
+    monkeypatch.setattr(reflector, "RETRY_SECONDS", (0.05, 0.05))
+    api = NotServed(1, [[page([workload("wl-1", "mnist", "w1", admitted=True)], "10")]], discovery_serves=True)
+    watch, queued, _ = watch_workloads(api)
+    assert api.refused == 1 and [w.name for w in watch.view[("ml", "mnist")]] == ["wl-1"]
+    assert queued == [("ml", "mnist")], "listed once, after the retry"
+
+
+class WatchRefused(ScriptedAPI):
+    """Listed, then the watch answers 404 (the API server restarting), and discovery too."""
+
+    async def request(self, method: str, url_path: str, **kwargs: Any) -> Any:
+        if url_path.startswith("/apis/kueue.x-k8s.io/v1beta2") and "workloads" not in url_path:
+            raise ApiError(404, "Not Found", b"{}")
+        return await super().request(method, url_path, **kwargs)
+
+    async def watch_lines(self, url_path: str, params: Any, read_timeout: float) -> Any:
+        self.watched_from.append(params["resourceVersion"])
+        if params:
+            raise ApiError(404, "Not Found", b"{}")
+        yield b""  # an async generator, as Rest's
+
+
+def test_what_a_workload_watch_holds_goes_only_with_a_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """client-go's reflector never empties its store on an error, and neither does ours: held
+    Workloads stay through a 404 (even one discovery confirms: Kueue's CRD being replaced), and a
+    running queued job keeps its pods."""
+    monkeypatch.setattr(reflector, "NOT_SERVED_SECONDS", 0.05)
+    api = WatchRefused([[page([workload("wl-1", "mnist", "w1", admitted=True)], "10")]], [])
+    watch, queued, _ = watch_workloads(api, seconds=0.3)
+    assert [w.name for w in watch.view[("ml", "mnist")]] == ["wl-1"] and queued == [("ml", "mnist")]
+    assert api.watched_from == ["10"]
 
 
 def test_workload_events_follow_their_jobs_label() -> None:

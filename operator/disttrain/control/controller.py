@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from disttrain.api.objects import JobRef
@@ -37,7 +37,7 @@ from disttrain.control.teardown import Namespaces
 from disttrain.control.telling import Telling
 from disttrain.control.tombstones import RESYNC_SECONDS, Tombstones, resync_forever
 from disttrain.control.workqueue import WorkQueue
-from disttrain.decide import create_refusals, dispatch_steps
+from disttrain.decide import create_refusals, dispatch_steps, queueing
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Event, Plan
 from disttrain.decide.queueing import ObservedWorkload
@@ -52,6 +52,8 @@ JobKey = tuple[str, str]  # (namespace, name)
 JobIndex = Mapping[JobKey, Iterable[Mapping[str, Any]]]
 PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
 WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
+# How soon a queued job looks again while Kueue's Workloads have not listed (seconds).
+WORKLOADS_UNLISTED_RETRY = 2.0
 # How soon to look again at a name an earlier job's object holds (garbage collection: seconds).
 RETRY_TAKEN_NAME_SECONDS = 1.0
 
@@ -86,15 +88,18 @@ class Controller:
         self._jobs: JobIndex = {}
         self._pods: PodIndex = {}
         self._workloads: WorkloadIndex = {}
+        self._workloads_listed: Callable[[], bool] = lambda: True
         self.tombstones = Tombstones()
         self._resyncs: asyncio.Task[None] | None = None
 
     def bind(self, jobs: JobIndex | None = None, pods: PodIndex | None = None,
-             workloads: WorkloadIndex | None = None) -> None:
-        """The indexes reconciling reads: the job, pod and Workload watches' (watch/)."""
+             workloads: WorkloadIndex | None = None, workloads_listed: Callable[[], bool] | None = None) -> None:
+        """The indexes reconciling reads: the job, pod and Workload watches' (watch/); and whether the
+        Workloads have listed (a queued job waits until they have)."""
         self._jobs = self._jobs if jobs is None else jobs
         self._pods = self._pods if pods is None else pods
         self._workloads = self._workloads if workloads is None else workloads
+        self._workloads_listed = self._workloads_listed if workloads_listed is None else workloads_listed
 
     def start(self) -> None:
         self.queue.start()
@@ -137,6 +142,13 @@ class Controller:
             if ref.uid not in self.ssh_keys:
                 self.ssh_keys[ref.uid] = generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
+        if not self._workloads_listed() and queueing.waits_on_workloads(meta):
+            # Read against Workloads not yet listed, a queued job's would look gone, and its running
+            # pods would be stopped (queue_steps.py). Other jobs don't wait on Kueue's API.
+            # The Workload watch warns of what keeps it from listing (reflector.py): a line each here too
+            # would say it again for every queued job every few seconds.
+            log.debug("%s/%s: waiting for Kueue's Workloads to be listed", ref.namespace, ref.name)
+            return WORKLOADS_UNLISTED_RETRY
         job = await self.groups.observe(job)
         job = await self.claims.observe(job, self._pods.get(key, ()))
         job = await self.queues.observe(job, meta.get("labels") or {}, meta.get("annotations") or {},

@@ -1,3 +1,3 @@
-"""Where events come in: the operator's own list+watch of its jobs and pods (reflector.py, jobwatch.py,
-podwatch.py), and kopf's handlers for Kueue Workloads, its login, start and stop (handlers.py).
+"""Where events come in: the operator's own list+watch of its jobs, its pods and Kueue's Workloads
+(reflector.py, jobwatch.py, podwatch.py, workloadwatch.py); kopf logs in, starts and stops them (handlers.py).
 """

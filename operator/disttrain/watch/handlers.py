@@ -75,7 +75,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     # DELETED removes the job's series from the gauges.
     jobs = JobWatch(watching, namespaces, changed=controller.queue.add, observed=metrics.JOB_GAUGES.observe)
     workloads = WorkloadWatch(watching, namespaces, changed=controller.queue.add)
-    controller.bind(jobs=jobs.view, pods=pods.view, workloads=workloads.view)
+    controller.bind(jobs=jobs.view, pods=pods.view, workloads=workloads.view,
+                    workloads_listed=workloads.synced.is_set)
     memo["controller"] = controller
     memo["tasks"] = [asyncio.create_task(pods.run(), name="pod watch"),
                      asyncio.create_task(jobs.run(), name="job watch"),
@@ -92,9 +93,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
         endpoint.start()
     # No job is reconciled before its pods are known: against an empty index it would make them again.
     # Nor before the jobs are: a job its pods' events queued would be forgotten, then listed again.
-    # Nor before the Workloads are: a queued job would read as one whose Workload is gone, and its
-    # running pods would be deleted (workloadwatch.py).
-    await asyncio.gather(pods.synced.wait(), jobs.synced.wait(), workloads.synced.wait())
+    # A queued job waits for the Workloads too (workloadwatch.py), and only it: Kueue's API refused
+    # (a Role without it, its webhook down) holds no other job.
+    await asyncio.gather(pods.synced.wait(), jobs.synced.wait())
     controller.start()
 
 

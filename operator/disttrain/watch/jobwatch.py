@@ -3,8 +3,8 @@
 kopf followed them until issue 45, through an index and an event handler: for each event a body
 view, a memo, a state, the index's old and new values compared, and a handler task (8% of the
 operator's CPU in a 1,000-job burst, profiled, where our own decode and hold is a fraction of
-that: job_events.py). kopf still logs in, runs the start-up and clean-up, and follows Kueue's
-Workloads (handlers.py).
+that: job_events.py). kopf still logs in and runs the start-up and clean-up (handlers.py); Kueue's
+Workloads are ours too (workloadwatch.py).
 
 A job is queued on every event that changed what is held (its metadata, spec or status), and on
 its deletion; a re-list drops what went while no watch ran, and queues it, as a DELETED event would.

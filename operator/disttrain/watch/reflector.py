@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -27,6 +28,7 @@ PAGE = 500  # objects per list page: a re-list of 20,000 pods never holds more t
 WATCH_SECONDS = 270  # the server ends each watch (as kopf's server_timeout); we resume from the last version
 RETRY_SECONDS = (1.0, 30.0)  # backoff after a failed list or watch: first, at most
 NOT_SERVED_SECONDS = 60.0  # between looks for an optional resource the cluster doesn't serve
+WATCH_PAUSE_SECONDS = 1.0  # between the starts of two watches of one scope, at least
 
 Held = TypeVar("Held")
 
@@ -74,8 +76,8 @@ class Resource:
     label_selector: str
     decode_list: Callable[[bytes], tuple[list[Any], str, str]]  # a page: its objects, version, continue token
     decode_event: Callable[[bytes], tuple[str, Any]]  # a watch line: its type and object
-    # Served only where another project is installed (Kueue's Workloads): not served (404) counts as
-    # listed and empty, and is looked for again every NOT_SERVED_SECONDS without a warning.
+    # Served only where another project is installed (Kueue's Workloads): not served (a 404 that
+    # discovery confirms) counts as listed, and is looked for again every NOT_SERVED_SECONDS.
     optional: bool = False
 
 
@@ -102,6 +104,7 @@ class Reflector(Generic[Held]):
 
     async def _follow(self, scope: str | None) -> None:
         version, failures, what = "", 0, f"{self.resource.plural} watch{_where(scope)}"
+        watched_at = -WATCH_PAUSE_SECONDS
         while True:
             try:
                 if not version:
@@ -110,6 +113,9 @@ class Reflector(Generic[Held]):
                         log.info("%s: served now", what)
                     self.scope_served[scope] = True
                     self._synced(scope)
+                # A watch the server (or a proxy) ends at once is not asked for again at once.
+                await asyncio.sleep(max(0.0, watched_at + WATCH_PAUSE_SECONDS - time.monotonic()))
+                watched_at = time.monotonic()
                 version = await self._watch(scope, version)
                 failures = 0
             except Gone:
@@ -118,13 +124,12 @@ class Reflector(Generic[Held]):
             except asyncio.CancelledError:
                 raise
             except Exception as err:  # anything else: said, and listed afresh after a back-off
-                if self.resource.optional and isinstance(err, ApiError) and err.status == 404:
-                    if self.scope_served.get(scope, True):
+                if await self._not_served(scope, err):
+                    if self.scope_served.get(scope) is not False:
                         log.info("%s: not served here (%s); looking again every %.0fs", what,
                                  self.resource.api_version, NOT_SERVED_SECONDS)
                     self.scope_served[scope], version, failures = False, "", 0
-                    self.replace(scope, [])
-                    self._synced(scope)
+                    self._synced(scope)  # what it holds stays: only a list replaces it
                     await asyncio.sleep(NOT_SERVED_SECONDS)
                     continue
                 failures += 1
@@ -137,6 +142,21 @@ class Reflector(Generic[Held]):
                     log.exception("%s: unexpected error (listing again in %.0fs)", what, wait)
                     version = ""
                 await asyncio.sleep(wait)
+
+    async def _not_served(self, scope: str | None, err: Exception) -> bool:
+        """An optional resource's 404, and discovery agrees that the cluster doesn't serve it. A 404
+        alone is not enough: the API server answers one for a custom resource it does serve around
+        its restarts (kubernetes/kubernetes#71218), and a store emptied on one would have the
+        controller stop every queued job's pods as if its Workload were gone (issue 45's review)."""
+        if not (self.resource.optional and isinstance(err, ApiError) and err.status == 404):
+            return False
+        try:
+            found = await self.rest.request("GET", "/apis/" + self.resource.api_version)
+        except ApiError as discovery:
+            return discovery.status == 404
+        except TRANSIENT:
+            return False
+        return not any(r.get("name") == self.resource.plural for r in (found or {}).get("resources") or ())
 
     def _synced(self, scope: str | None) -> None:
         self._listed.add(scope)

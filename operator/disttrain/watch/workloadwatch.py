@@ -2,13 +2,14 @@
 with a job's name, reduced to what queueing reads (decide/queueing.py, ObservedWorkload).
 
 kopf followed them until issue 45. Ours for the reason jobs and pods are (jobwatch.py), and one
-more: reconciling starts only once jobs, pods and Workloads have all listed (handlers.py). A
-queued job reconciled before its Workload is known reads as one whose Workload is gone, and its
-running pods are deleted (queue_steps.py); kopf's index was bound only in its own handlers, which
-a job watch of our own no longer waited for.
+more: a queued job is reconciled only once the Workloads have listed (controller.py). Read before
+its Workload is known, it reads as one whose Workload is gone, and its running pods are stopped
+(queue_steps.py); kopf's index was bound only in its own handlers, which a job watch of our own no
+longer waited for (a restarted operator did just that: tests/integration/test_kueue.py).
 
-Without Kueue the resource is not served: listed as empty, and looked for again each minute
-(reflector.py, `optional`), so a Kueue installed later is followed without a restart.
+Without Kueue the resource is not served: a 404 that discovery confirms counts as listed, and it
+is looked for again each minute (reflector.py, `optional`), so a Kueue installed later is followed
+without a restart. Nothing held is ever dropped but by a list.
 """
 
 from __future__ import annotations
