@@ -9,12 +9,20 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from test_podwatch import ScriptedAPI, line, page
 
+from disttrain.watch import reflector
 from disttrain.watch.job_events import HeldJob, decode_event, decode_list
 from disttrain.watch.jobwatch import JobWatch
 
 Key = tuple[str, str]
+
+
+@pytest.fixture(autouse=True)
+def rewatch_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watch ended is asked for again after WATCH_PAUSE_SECONDS: at once here, for the script's pace."""
+    monkeypatch.setattr(reflector, "WATCH_PAUSE_SECONDS", 0.0)
 
 
 def job(name: str, version: str = "1", namespace: str = "ml", phase: str | None = None,

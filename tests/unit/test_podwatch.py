@@ -10,10 +10,19 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import pytest
+
 from disttrain.api.observed import ObservedPod
+from disttrain.watch import reflector
 from disttrain.watch.podwatch import PodWatch, watched
 
 JOB_UID = "job-uid-1"
+
+
+@pytest.fixture(autouse=True)
+def rewatch_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watch ended is asked for again after WATCH_PAUSE_SECONDS: at once here, for the script's pace."""
+    monkeypatch.setattr(reflector, "WATCH_PAUSE_SECONDS", 0.0)
 
 
 def pod(name: str, uid: str, phase: str = "Pending", job: str = "mnist", namespace: str = "ml",

@@ -11,7 +11,7 @@ from fakes import FakeKube
 from test_controller import KEY, RUNNING, Harness, run
 
 from disttrain.builders.progress import ProgressEndpoint
-from disttrain.control.controller import WORKLOADS_UNLISTED_RETRY
+from disttrain.control.queues import WORKLOADS_UNLISTED_RETRY
 from disttrain.decide import queueing
 from disttrain.decide.queueing import QUEUE_LABEL
 from manifests import mwms_job

@@ -30,14 +30,14 @@ from disttrain.control.claims import Claims
 from disttrain.control.expectations import Expectations
 from disttrain.control.groups import Groups
 from disttrain.control.progress_book import ProgressBook
-from disttrain.control.queues import Queues
+from disttrain.control.queues import WORKLOADS_UNLISTED_RETRY, Queues
 from disttrain.control.ssh_keys import generate_ssh_keys
 from disttrain.control.status_writes import REPORTED_PROGRESS_INTERVAL, StatusWriter
 from disttrain.control.teardown import Namespaces
 from disttrain.control.telling import Telling
 from disttrain.control.tombstones import RESYNC_SECONDS, Tombstones, resync_forever
 from disttrain.control.workqueue import WorkQueue
-from disttrain.decide import create_refusals, dispatch_steps, queueing
+from disttrain.decide import create_refusals, dispatch_steps
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Event, Plan
 from disttrain.decide.queueing import ObservedWorkload
@@ -52,8 +52,6 @@ JobKey = tuple[str, str]  # (namespace, name)
 JobIndex = Mapping[JobKey, Iterable[Mapping[str, Any]]]
 PodIndex = Mapping[JobKey, Iterable[ObservedPod]]
 WorkloadIndex = Mapping[JobKey, Iterable[ObservedWorkload]]
-# How soon a queued job looks again while Kueue's Workloads have not listed (seconds).
-WORKLOADS_UNLISTED_RETRY = 2.0
 # How soon to look again at a name an earlier job's object holds (garbage collection: seconds).
 RETRY_TAKEN_NAME_SECONDS = 1.0
 
@@ -88,18 +86,16 @@ class Controller:
         self._jobs: JobIndex = {}
         self._pods: PodIndex = {}
         self._workloads: WorkloadIndex = {}
-        self._workloads_listed: Callable[[], bool] = lambda: True
         self.tombstones = Tombstones()
         self._resyncs: asyncio.Task[None] | None = None
 
     def bind(self, jobs: JobIndex | None = None, pods: PodIndex | None = None,
              workloads: WorkloadIndex | None = None, workloads_listed: Callable[[], bool] | None = None) -> None:
-        """The indexes reconciling reads: the job, pod and Workload watches' (watch/); and whether the
-        Workloads have listed (a queued job waits until they have)."""
+        """The indexes reconciling reads (watch/), and whether the Workloads have listed (queues.py)."""
         self._jobs = self._jobs if jobs is None else jobs
         self._pods = self._pods if pods is None else pods
         self._workloads = self._workloads if workloads is None else workloads
-        self._workloads_listed = self._workloads_listed if workloads_listed is None else workloads_listed
+        self.queues.listed = self.queues.listed if workloads_listed is None else workloads_listed
 
     def start(self) -> None:
         self.queue.start()
@@ -142,12 +138,7 @@ class Controller:
             if ref.uid not in self.ssh_keys:
                 self.ssh_keys[ref.uid] = generate_ssh_keys(f"disttrain/{ref.namespace}/{ref.name}")
             keys = self.ssh_keys[ref.uid]
-        if not self._workloads_listed() and queueing.waits_on_workloads(meta):
-            # Read against Workloads not yet listed, a queued job's would look gone, and its running
-            # pods would be stopped (queue_steps.py). Other jobs don't wait on Kueue's API.
-            # The Workload watch warns of what keeps it from listing (reflector.py): a line each here too
-            # would say it again for every queued job every few seconds.
-            log.debug("%s/%s: waiting for Kueue's Workloads to be listed", ref.namespace, ref.name)
+        if self.queues.waiting_for_workloads(meta):
             return WORKLOADS_UNLISTED_RETRY
         job = await self.groups.observe(job)
         job = await self.claims.observe(job, self._pods.get(key, ()))
@@ -171,11 +162,9 @@ class Controller:
         """The job is gone: drop everything remembered for it."""
         for memory in (self.expectations, self.refusals):
             memory.pop(key, None)
-        self.statuses.forget(key)
-        self.progress.forget(key)
-        self.telling.forget(key)
-        self.tombstones.forget(key)
-        self.queue.forget(key)
+        for forget in (self.statuses.forget, self.progress.forget, self.telling.forget, self.tombstones.forget,
+                       self.queue.forget):
+            forget(key)
         uid = self.uids.pop(key, None)
         if uid is not None:
             self.children.forget(uid)
@@ -253,9 +242,9 @@ class Controller:
         return plan.requeue_after
 
     async def _delete_pods(self, ref: JobRef, exp: Expectations, pods: list[ObservedPod]) -> None:
-        """Delete `pods` by uid, each expected gone until its deletion shows. A failed delete (429, 500,
-        a timeout) is expected no more and raised: the work queue's retry deletes it again (the
-        status's deletedPods keeps its failure counted once)."""
+        """Delete `pods` by uid, each expected gone until its deletion shows. A failed delete (429, 500, a timeout)
+        is expected no more and raised: the work queue's retry deletes it again (the status's deletedPods keeps its
+        failure counted once)."""
         pods = [p for p in pods if p.uid]  # a create still in flight: deleted once it answers
         for pod in pods:
             exp.expect_deleted(pod.uid)
@@ -287,10 +276,9 @@ class Controller:
 
     async def _fail(self, key: JobKey, ref: JobRef, status: Mapping[str, Any] | None, version: str | None,
                     reason: Reason, message: str) -> float | None:
-        """A job only the operator can see is wrong: phase Failed, the message, a Warning event.
-        A finished job's verdict stands (Succeeded is never turned Failed, a first failure's time
-        and words are kept); the write is made over the resourceVersion the verdict was drawn
-        from, and a job changed meanwhile is looked at again."""
+        """A job only the operator can see is wrong: phase Failed, the message, a Warning event. A finished job's
+        verdict stands (Succeeded is never turned Failed, a first failure's time and words are kept); the write is
+        made over the resourceVersion the verdict was drawn from, and a job changed meanwhile is looked at again."""
         current = dict(status or {})
         if current.get("phase") in (Phase.SUCCEEDED.value, Phase.FAILED.value):
             return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from disttrain.api.constants import FIELD_MANAGER
@@ -32,6 +32,7 @@ from disttrain.runtime.clock import Clock
 
 CACHE_SECONDS = 60.0
 UNREADABLE_RETRY_SECONDS = 5.0
+WORKLOADS_UNLISTED_RETRY = 2.0  # seconds: how soon a queued job looks again while the Workloads haven't listed
 log = logging.getLogger(__name__)
 
 
@@ -49,6 +50,16 @@ class Queues:
         self.kube, self.clock = kube, clock
         self._cache: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
         self.unshrinkable: set[str] = set()  # Workload uids whose shrink Kueue refused (_shrink)
+        self.listed: Callable[[], bool] = lambda: True  # whether the Workload watch has listed
+
+    def waiting_for_workloads(self, meta: Mapping[str, Any]) -> bool:
+        """A queued job (or MultiKueue's worker copy of one) while the Workloads have not listed: read
+        against them, its Workload would look gone and its running pods be stopped (queue_steps.py),
+        so its pass waits (issue 45's review). Other jobs don't wait on Kueue's API. No log line: the
+        Workload watch says what keeps it from listing (watch/reflector.py)."""
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        return not self.listed() and (queue_name(labels) is not None
+                                      or prebuilt_workload(labels, annotations) is not None)
 
     async def observe(self, job: JobState, labels: Mapping[str, str], annotations: Mapping[str, str],
                       workloads: Iterable[ObservedWorkload]) -> JobState:

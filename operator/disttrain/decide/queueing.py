@@ -109,12 +109,6 @@ def prebuilt_workload(labels: Mapping[str, str], annotations: Mapping[str, str])
     return annotations.get(PREBUILT_WORKLOAD) or labels.get(PREBUILT_WORKLOAD) or None
 
 
-def waits_on_workloads(meta: Mapping[str, Any]) -> bool:
-    """A job whose pass reads its Workload: queued, or MultiKueue's worker copy of one."""
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    return queue_name(labels) is not None or prebuilt_workload(labels, annotations) is not None
-
-
 def workload_name(job: JobRef) -> str:
     """Kueue's own naming: `<kind>-<job>-<hash of the job's identity>`, so a job applied again under
     the same name gets a Workload of its own."""
