@@ -4,13 +4,12 @@ gauges, namespace globs. The real API server's side of it runs in every integrat
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from test_podwatch import ScriptedAPI, line, page
+from test_podwatch import ScriptedAPI, line, page, run_watch
 
 from disttrain.watch import reflector
 from disttrain.watch.job_events import HeldJob, decode_event, decode_list
@@ -43,17 +42,10 @@ def follow(api: ScriptedAPI, namespaces: list[str] | None = None, seconds: float
     def observe(kind: str | None, body: Mapping[str, Any]) -> None:
         observed.append((kind, body["metadata"]["name"]))
 
-    async def scenario() -> JobWatch:
-        watch = JobWatch(api, ["ml"] if namespaces is None else namespaces,  # type: ignore[arg-type]
-                         changed=queued.append, observed=observe)
-        task = asyncio.create_task(watch.run())
-        await asyncio.wait_for(watch.synced.wait(), 1)
-        await asyncio.sleep(seconds)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return watch
-
-    return asyncio.run(scenario()), queued, observed
+    watch = JobWatch(api, ["ml"] if namespaces is None else namespaces,  # type: ignore[arg-type]
+                     changed=queued.append, observed=observe)
+    run_watch(watch, seconds)
+    return watch, queued, observed
 
 
 def test_a_listed_job_is_held_as_the_controller_reads_it() -> None:

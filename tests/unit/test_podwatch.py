@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -70,21 +70,25 @@ def page(items: list[dict[str, Any]], version: str, cont: str = "") -> dict[str,
     return {"items": items, "metadata": {"resourceVersion": version, **({"continue": cont} if cont else {})}}
 
 
-def follow(api: ScriptedAPI, seconds: float = 0.2) -> tuple[PodWatch, list[tuple[str, str]], list[ObservedPod]]:
-    queued: list[tuple[str, str]] = []
-    gone: list[ObservedPod] = []
-
-    async def scenario() -> PodWatch:
-        watch = PodWatch(api, ["ml"], changed=queued.append,  # type: ignore[arg-type]
-                         deleted=lambda key, p: gone.append(p))
+def run_watch(watch: Any, seconds: float = 0.2, at_sync: Callable[[], object] = lambda: None) -> None:
+    """Run a watch (pods', jobs', Workloads') until it has listed, then `seconds` more."""
+    async def scenario() -> None:
         task = asyncio.create_task(watch.run())
         await asyncio.wait_for(watch.synced.wait(), 1)
+        at_sync()
         await asyncio.sleep(seconds)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        return watch
+    asyncio.run(scenario())
 
-    return asyncio.run(scenario()), queued, gone
+
+def follow(api: ScriptedAPI, seconds: float = 0.2) -> tuple[PodWatch, list[tuple[str, str]], list[ObservedPod]]:
+    queued: list[tuple[str, str]] = []
+    gone: list[ObservedPod] = []
+    watch = PodWatch(api, ["ml"], changed=queued.append,  # type: ignore[arg-type]
+                     deleted=lambda key, p: gone.append(p))
+    run_watch(watch, seconds)
+    return watch, queued, gone
 
 
 def names(watch: PodWatch) -> dict[tuple[str, str], list[str]]:

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from kopf._cogs.structs.references import NamespaceName, match_namespace  # the syntax of -n: kopf's
 from test_jobwatch import follow, job
-from test_podwatch import ScriptedAPI, line, page
+from test_podwatch import ScriptedAPI, line, page, run_watch
 
 from disttrain.apiserver.rest import ApiError, Rest
 from disttrain.watch import reflector
@@ -101,22 +101,12 @@ class NotServed(ScriptedAPI):
         return await super().request(method, url_path, **kwargs)
 
 
-def watch_workloads(api: ScriptedAPI, seconds: float = 0.3, synced: bool = True
-                    ) -> tuple[WorkloadWatch, list[tuple[str, str]], bool]:
+def watch_workloads(api: ScriptedAPI, seconds: float = 0.3) -> tuple[WorkloadWatch, list[tuple[str, str]], bool]:
     queued: list[tuple[str, str]] = []
-
-    async def scenario() -> tuple[WorkloadWatch, bool]:
-        watch = WorkloadWatch(api, ["ml"], changed=queued.append)  # type: ignore[arg-type]
-        task = asyncio.create_task(watch.run())
-        if synced:
-            await asyncio.wait_for(watch.synced.wait(), 1)
-        empty_at_sync = len(watch.view) == 0
-        await asyncio.sleep(seconds)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return watch, empty_at_sync
-    watch, empty_at_sync = asyncio.run(scenario())
-    return watch, queued, empty_at_sync
+    watch = WorkloadWatch(api, ["ml"], changed=queued.append)  # type: ignore[arg-type]
+    empty: list[bool] = []
+    run_watch(watch, seconds, at_sync=lambda: empty.append(len(watch.view) == 0))
+    return watch, queued, empty == [True]
 
 
 def test_workloads_not_served_count_as_listed_and_are_looked_for_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,17 +163,7 @@ def test_workload_events_follow_their_jobs_label() -> None:
         line("MODIFIED", workload("wl-2", "mnist", "w2", version="13")),  # relabelled: moves to mnist
         line("DELETED", workload("wl-1", "mnist", "w1", version="14")),
     ]])
-
-    async def scenario() -> tuple[WorkloadWatch, list[tuple[str, str]]]:
-        queued: list[tuple[str, str]] = []
-        watch = WorkloadWatch(api, ["ml"], changed=queued.append)  # type: ignore[arg-type]
-        task = asyncio.create_task(watch.run())
-        await asyncio.wait_for(watch.synced.wait(), 1)
-        await asyncio.sleep(0.2)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return watch, queued
-    watch, queued = asyncio.run(scenario())
+    watch, queued, _ = watch_workloads(api, seconds=0.2)
     assert [w.name for w in watch.view[("ml", "mnist")]] == ["wl-2"] and ("ml", "other") not in watch.view
     assert queued == [("ml", "mnist"), ("ml", "mnist"), ("ml", "other"), ("ml", "other"), ("ml", "mnist"),
                       ("ml", "mnist")]

@@ -24,6 +24,7 @@ from disttrain.apiserver.rest import (
     list_pages,
     path,
 )
+from disttrain.apiserver.wire import Page
 
 # The resource names of the kinds the operator writes or reads. ResourceFlavor and
 # WorkloadPriorityClass are cluster-scoped.
@@ -45,19 +46,10 @@ class _Answer(msgspec.Struct):
     metadata: _Metadata = msgspec.field(default_factory=_Metadata)
 
 
-class _ListMetadata(msgspec.Struct):
-    continue_: str = msgspec.field(default="", name="continue")
-
-
-class _UidPage(msgspec.Struct):
-    items: list[_Answer] | None = None
-    metadata: _ListMetadata = msgspec.field(default_factory=_ListMetadata)
-
-
 # A create's or status write's answer is the whole object (a pod: 3-5 KB, a job: more); the
 # operator reads its uid or resourceVersion, and decodes only that (watch/pod_events.py says why).
 _answer = msgspec.json.Decoder(_Answer)
-_uid_page = msgspec.json.Decoder(_UidPage)
+_uid_page = msgspec.json.Decoder(Page[_Answer])
 # Pods per page of the resync's uid list. Each pod's metadata is 1-3 KB with its managedFields.
 UID_PAGE = 500
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import msgspec
 
+from disttrain.apiserver.wire import event_decoder, page_decoder
+
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 EMPTY = b"{}"
 
@@ -73,42 +75,12 @@ class _Job(msgspec.Struct):
     status: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(EMPTY))
 
 
-class _Event(msgspec.Struct):
-    type: str
-    object: msgspec.Raw  # a job, or a Status for ERROR: decoded once the type is known
-
-
-class _ListMetadata(msgspec.Struct):
-    resourceVersion: str = ""
-    continue_: str = msgspec.field(default="", name="continue")
-
-
-class _JobList(msgspec.Struct):
-    items: list[_Job] | None = None
-    metadata: _ListMetadata = msgspec.field(default_factory=_ListMetadata)
-
-
-_events = msgspec.json.Decoder(_Event)
-_jobs = msgspec.json.Decoder(_Job)
-_lists = msgspec.json.Decoder(_JobList)
-
-
 def _held(job: _Job) -> HeldJob:
     # bytes(): a Raw is a view of the whole event's buffer, which would stay alive with it.
     return HeldJob(job.metadata, bytes(job.spec), bytes(job.status))
 
 
-def decode_event(line: bytes) -> tuple[str, Any]:
-    """A watch line: its type and object (the job held; a Status, whole, for ERROR; a bookmark's
-    metadata only)."""
-    event = _events.decode(line)
-    if event.type == "ERROR":
-        status: dict[str, Any] = msgspec.json.decode(event.object)
-        return event.type, status
-    return event.type, _held(_jobs.decode(event.object))
-
-
-def decode_list(page: bytes) -> tuple[list[HeldJob], str, str]:
-    """A list page: its jobs (held), resourceVersion and continue token."""
-    found = _lists.decode(page)
-    return [_held(j) for j in found.items or ()], found.metadata.resourceVersion, found.metadata.continue_
+# A watch line: its type and object (the job held; a Status, whole, for ERROR; a bookmark's metadata
+# only). A list page: its jobs (held), resourceVersion and continue token.
+decode_event = event_decoder(_Job, _held)
+decode_list = page_decoder(_Job, _held)

@@ -18,6 +18,8 @@ from typing import Any
 
 import msgspec
 
+from disttrain.apiserver.wire import event_decoder, page_decoder
+
 
 class _Subset(msgspec.Struct, omit_defaults=True):
     pass
@@ -90,41 +92,12 @@ class Pod(_Subset):
     status: PodStatus | None = None
 
 
-class Event(msgspec.Struct):
-    type: str
-    object: msgspec.Raw  # a Pod, or a Status for ERROR: decoded once the type is known
-
-
-class ListMetadata(msgspec.Struct):
-    resourceVersion: str = ""
-    continue_: str = msgspec.field(default="", name="continue")
-
-
-class PodList(msgspec.Struct):
-    items: list[Pod] | None = None
-    metadata: ListMetadata = msgspec.field(default_factory=ListMetadata)
-
-
-_events = msgspec.json.Decoder(Event)
-_pods = msgspec.json.Decoder(Pod)
-_lists = msgspec.json.Decoder(PodList)
-
-
-def decode_event(line: bytes) -> tuple[str, dict[str, Any]]:
-    """A watch line: its type and object (a pod's subset; a Status, whole, for ERROR)."""
-    event = _events.decode(line)
-    if event.type == "ERROR":
-        status: dict[str, Any] = msgspec.json.decode(event.object)
-        return event.type, status
-    return event.type, _as_dicts(_pods.decode(event.object))
-
-
-def decode_list(page: bytes) -> tuple[list[dict[str, Any]], str, str]:
-    """A list page: its pods (subsets), resourceVersion and continue token."""
-    found = _lists.decode(page)
-    return [_as_dicts(p) for p in found.items or ()], found.metadata.resourceVersion, found.metadata.continue_
-
-
 def _as_dicts(pod: Pod) -> dict[str, Any]:
     built: dict[str, Any] = msgspec.to_builtins(pod)
     return built
+
+
+# A watch line: its type and object (a pod's subset; a Status, whole, for ERROR). A list page: its
+# pods (subsets), resourceVersion and continue token.
+decode_event = event_decoder(Pod, _as_dicts)
+decode_list = page_decoder(Pod, _as_dicts)

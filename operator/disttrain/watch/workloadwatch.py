@@ -14,76 +14,30 @@ without a restart. Nothing held is ever dropped but by a list.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-
-import msgspec
 
 from disttrain.api.constants import JOB_NAME_LABEL
 from disttrain.apiserver.rest import Rest
+from disttrain.apiserver.wire import event_decoder, page_decoder
 from disttrain.decide.queueing import KUEUE_API, ObservedWorkload, observe_workload
+from disttrain.watch.by_job import ByJob, JobKey, Listed
 from disttrain.watch.reflector import Reflector, Resource
 
-JobKey = tuple[str, str]
-Listed = tuple[JobKey, str, ObservedWorkload]  # a Workload of a job: its job's key, its uid, what is held
-
-
-class _Event(msgspec.Struct):
-    type: str
-    object: dict[str, Any]
-
-
-class _ListMetadata(msgspec.Struct):
-    resourceVersion: str = ""
-    continue_: str = msgspec.field(default="", name="continue")
-
-
-class _WorkloadList(msgspec.Struct):
-    items: list[dict[str, Any]] | None = None
-    metadata: _ListMetadata = msgspec.field(default_factory=_ListMetadata)
-
-
-_events = msgspec.json.Decoder(_Event)
-_lists = msgspec.json.Decoder(_WorkloadList)
-
-
-def decode_event(line: bytes) -> tuple[str, Any]:
-    event = _events.decode(line)
-    return event.type, event.object
-
-
-def decode_list(page: bytes) -> tuple[list[dict[str, Any]], str, str]:
-    found = _lists.decode(page)
-    return found.items or [], found.metadata.resourceVersion, found.metadata.continue_
+# Workloads are small, and queueing reads much of one: decoded whole (observe_workload keeps its part).
+decode_event = event_decoder(dict[str, Any], lambda workload: workload)
+decode_list = page_decoder(dict[str, Any], lambda workload: workload)
 
 
 WORKLOADS = Resource(KUEUE_API, "workloads", JOB_NAME_LABEL, decode_list, decode_event, optional=True)
 
 
-class WorkloadsByJob(Mapping[JobKey, Iterable[ObservedWorkload]]):
-    """The index the controller reads: a job's key -> the Workloads labelled with its name."""
-
-    def __init__(self, held: dict[JobKey, dict[str, ObservedWorkload]]) -> None:
-        self._held = held
-
-    def __getitem__(self, key: JobKey) -> Iterable[ObservedWorkload]:
-        return self._held[key].values()
-
-    def __iter__(self) -> Iterator[JobKey]:
-        return iter(self._held)
-
-    def __len__(self) -> int:
-        return len(self._held)
-
-
 class WorkloadWatch:
     def __init__(self, rest: Rest, namespaces: Iterable[str], changed: Callable[[JobKey], None]) -> None:
         self.changed = changed
-        self.held: dict[JobKey, dict[str, ObservedWorkload]] = {}
-        self.where: dict[str, JobKey] = {}  # uid -> job: a Workload whose label changes is found
-        self.view = WorkloadsByJob(self.held)
-        self.reflector: Reflector[Listed] = Reflector(rest, WORKLOADS, namespaces, self._hold, self._replace,
-                                                      self._apply)
+        self.view: ByJob[ObservedWorkload] = ByJob()  # the index the controller reads
+        self.reflector: Reflector[Listed[ObservedWorkload]] = Reflector(rest, WORKLOADS, namespaces, self._hold,
+                                                                        self._replace, self._apply)
         self.synced = self.reflector.synced
 
     async def run(self) -> None:
@@ -94,42 +48,22 @@ class WorkloadWatch:
         namespace = meta.get("namespace", "")
         return (namespace, name) if name and self.reflector.keeps(namespace) else None
 
-    def _hold(self, workload: Mapping[str, Any]) -> Listed | None:
+    def _hold(self, workload: Mapping[str, Any]) -> Listed[ObservedWorkload] | None:
         meta = workload.get("metadata") or {}
         key = self._key(meta)
         return None if key is None else (key, str(meta.get("uid", "")), observe_workload(workload))
 
-    def _replace(self, scope: str | None, listed: list[Listed]) -> None:
-        found: dict[JobKey, dict[str, ObservedWorkload]] = {}
-        for key, uid, observed in listed:
-            found.setdefault(key, {})[uid] = observed
-        for key in [k for k in self.held if scope is None or k[0] == scope]:
-            for uid in self.held[key]:
-                self.where.pop(uid, None)
-            if key not in found:
-                del self.held[key]
-                self.changed(key)
-        for key, workloads in found.items():
-            self.where.update(dict.fromkeys(workloads, key))
-            if self.held.get(key) != workloads:
-                self.held[key] = workloads
-                self.changed(key)
+    def _replace(self, scope: str | None, listed: list[Listed[ObservedWorkload]]) -> None:
+        for key in self.view.replace(scope, listed):
+            self.changed(key)
 
     def _apply(self, kind: str, workload: Mapping[str, Any]) -> None:
         meta = workload.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         key = None if kind == "DELETED" else self._key(meta)
-        held_at = self.where.get(uid)
-        if held_at is not None and held_at != key:  # deleted, or its job-name label changed
-            workloads = self.held[held_at]
-            del workloads[uid], self.where[uid]
-            if not workloads:
-                del self.held[held_at]
+        if self.view.where.get(uid) not in (None, key):  # deleted, or its job-name label changed
+            held_at = self.view.drop(uid)
+            assert held_at is not None
             self.changed(held_at)
-        if key is None:
-            return
-        observed = observe_workload(workload)
-        workloads = self.held.setdefault(key, {})
-        if workloads.get(uid) != observed:
-            workloads[uid], self.where[uid] = observed, key
+        if key is not None and self.view.put(key, uid, observe_workload(workload)):
             self.changed(key)
