@@ -50,20 +50,21 @@ class ByJob(Mapping[JobKey, Iterable[T]], Generic[T]):
                 changed.append(key)
         return changed
 
-    def put(self, key: JobKey, uid: str, held: T) -> bool:
-        """Whether it changed what the job's key holds."""
+    def apply(self, uid: str, key: JobKey | None, held: T) -> tuple[JobKey | None, bool]:
+        """A watch event's object: held under `key` (None: deleted, or no longer a job's). The key it
+        left (deleted, or its job-name label or owner edited), if any; whether `key`'s objects changed."""
+        left = self.where.get(uid)
+        if left is not None and left != key:
+            objects = self.held[left]
+            del objects[uid], self.where[uid]
+            if not objects:
+                del self.held[left]
+        else:
+            left = None
+        if key is None:
+            return left, False
         objects = self.held.setdefault(key, {})
         if objects.get(uid) == held:
-            return False
+            return left, False
         objects[uid], self.where[uid] = held, key
-        return True
-
-    def drop(self, uid: str) -> JobKey | None:
-        """The key it was held under, if it was."""
-        key = self.where.pop(uid, None)
-        if key is not None:
-            objects = self.held[key]
-            del objects[uid]
-            if not objects:
-                del self.held[key]
-        return key
+        return left, True

@@ -66,13 +66,13 @@ class PodWatch:
         meta = pod.get("metadata") or {}
         uid = meta.get("uid", "")
         key = None if kind == "DELETED" else self._key(meta)
-        if self.view.where.get(uid) not in (None, key):  # deleted, or no longer ours (its label or owner edited)
-            held_at = self.view.drop(uid)
-            assert held_at is not None
+        observed = observe_pod(pod)
+        left, changed = self.view.apply(uid, key, observed)
+        if left is not None:
             if kind == "DELETED":  # its final state may say why it went (tombstones.py)
-                self.deleted(held_at, observe_pod(pod))
-            self.changed(held_at)
-        if key is not None and self.view.put(key, uid, observe_pod(pod)):
+                self.deleted(left, observed)
+            self.changed(left)
+        if changed and key is not None:
             self.changed(key)
 
     def _key(self, meta: Mapping[str, Any]) -> JobKey | None:

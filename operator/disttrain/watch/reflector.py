@@ -1,4 +1,5 @@
-"""One resource's list+watch, as client-go's reflector: the pod watch's and the job watch's loop.
+"""One resource's list+watch, as client-go's reflector: the loop of every watch of the operator's
+(jobs, pods, Kueue's Workloads).
 
 List (paged), then watch from the list's resourceVersion with bookmarks, resume where the last
 event left off when the server ends a watch, and list afresh when the resourceVersion has expired

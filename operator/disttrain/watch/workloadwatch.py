@@ -61,9 +61,8 @@ class WorkloadWatch:
         meta = workload.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         key = None if kind == "DELETED" else self._key(meta)
-        if self.view.where.get(uid) not in (None, key):  # deleted, or its job-name label changed
-            held_at = self.view.drop(uid)
-            assert held_at is not None
-            self.changed(held_at)
-        if key is not None and self.view.put(key, uid, observe_workload(workload)):
+        left, changed = self.view.apply(uid, key, observe_workload(workload))
+        if left is not None:
+            self.changed(left)
+        if changed and key is not None:
             self.changed(key)
