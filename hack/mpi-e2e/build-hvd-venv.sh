@@ -18,8 +18,10 @@ TF_PACKAGE=tensorflow-cpu==2.15.1
 HOROVOD_PACKAGE=horovod==0.28.1
 MPI4PY_PACKAGE=mpi4py==4.1.2
 BUILD_TOOLS=("setuptools>=69,<75" wheel)
+# Without debug information (the toolchain file says how, and what it saves): CMake 3.21+ reads
+# CMAKE_TOOLCHAIN_FILE from the environment, and Horovod's setup.py passes no flags of ours on.
 HOROVOD_FLAGS=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1
-               HOROVOD_WITHOUT_MXNET=1)
+               HOROVOD_WITHOUT_MXNET=1 CMAKE_TOOLCHAIN_FILE=$PWD/hack/mpi-e2e/horovod-release-flags.cmake)
 WHEELS=${HVD_WHEELS:-.cache/wheels/horovod}
 
 py_version=$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
@@ -27,8 +29,8 @@ case "$py_version" in
   3.11.*) ;;
   *) echo "build-hvd-venv: $PYTHON is Python $py_version; TensorFlow 2.15 + Horovod 0.28.1 need 3.11" >&2; exit 1 ;;
 esac
-key=$(printf '%s\n' "$py_version" "$TF_PACKAGE" "$HOROVOD_PACKAGE" "$MPI4PY_PACKAGE" "${BUILD_TOOLS[@]}" \
-        "${HOROVOD_FLAGS[@]}" "$(mpicc --showme:version 2>&1)" | sha1sum | cut -c1-12)
+key=$(printf '%s\n' "$py_version" mpi4py-CFLAGS=-g0 "$TF_PACKAGE" "$HOROVOD_PACKAGE" "$MPI4PY_PACKAGE" "${BUILD_TOOLS[@]}" \
+        "${HOROVOD_FLAGS[@]}" "$(cat hack/mpi-e2e/horovod-release-flags.cmake)" "$(mpicc --showme:version 2>&1)" | sha1sum | cut -c1-12)
 stamp="$VENV/.stamp-$key"
 if [ -e "$stamp" ] && ls "$WHEELS"/horovod-0.28.1-*.whl >/dev/null 2>&1; then
   echo "build-hvd-venv: $VENV is up to date ($(cat "$stamp"))"
@@ -43,8 +45,12 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install --upgrade pip
 "${pip[@]}" install "${BUILD_TOOLS[@]}" "$TF_PACKAGE"
 
-# mpi4py from source so it links Debian's libmpi (not a wheel with another MPI's ABI).
-env MPICC=mpicc "${pip[@]}" install --no-binary mpi4py "$MPI4PY_PACKAGE"
+# mpi4py from source so it links Debian's libmpi (not a wheel with another MPI's ABI). Its one C
+# file (Cython's) unoptimized and without debug information: our ranks make one Allreduce and an
+# allgather (tests/mpi/allreduce.py), and Python's own flags (-O3 -g) made it 150 CPU seconds of a new
+# machine's build, the most of any one file; 21 s with CFLAGS=-g0 (setuptools then passes mpicc ours
+# alone: -O2 -g0 took 94 s).
+env MPICC=mpicc CFLAGS=-g0 "${pip[@]}" install --no-binary mpi4py "$MPI4PY_PACKAGE"
 
 # Horovod's setup.py imports the installed TensorFlow for its compile flags: no build isolation.
 # Not from pip's cache: it keys a built wheel by the sdist alone, not by the flags it was built
