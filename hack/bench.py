@@ -62,7 +62,7 @@ from bench_observe import (  # noqa: E402
     start_watches,
     until,
 )
-from bench_plain import PlainClient  # noqa: E402
+from bench_plain import PlainClient, plain_crd  # noqa: E402
 from bench_report import write_results  # noqa: E402
 from crdserved import served  # noqa: E402
 from kwokpods import ended_otherwise  # noqa: E402
@@ -488,10 +488,14 @@ def main() -> int:
         kubectl = str(REPO / ".cache" / "bin" / "kubectl")
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
         crd = str(REPO / "crds" / "disttrainjobs.disttrain.dev.yaml")
-        subprocess.run([kubectl, "apply", "--server-side", "-f", crd], env=env, check=True, capture_output=True)
-        crd_doc = yaml.safe_load(Path(crd).read_text())
-        cluster.wait("the DistTrainJob CRD served", lambda: served(functools.partial(cluster.api, "GET"), crd_doc),
-                     time.monotonic() + 120)
+        plain = root / "plaintrainjobs.json"  # the plain client's jobs: the same CRD under its own group
+        plain.write_text(json.dumps(plain_crd()))
+        for path in (crd, str(plain)):
+            subprocess.run([kubectl, "apply", "--server-side", "-f", path], env=env, check=True, capture_output=True)
+            crd_doc = yaml.safe_load(Path(path).read_text())
+            cluster.wait(f"{crd_doc['metadata']['name']} served",
+                         functools.partial(served, functools.partial(cluster.api, "GET"), crd_doc),
+                         time.monotonic() + 120)
         op_env = {**env, "KUBECONFIG": str(cluster.user_kubeconfig(OPERATOR_USER, ["system:masters"]))}
         log = open(root / "operator.log", "wb")  # noqa: SIM115 - the child writes to it
         endpoint_off = idle_without_endpoint(op_env, log)

@@ -24,7 +24,8 @@ from typing import Any
 JOB_LABEL = "disttrain.dev/job-name"
 OPERATOR_USER, PLAIN_USER = "disttrain-operator", "disttrain-plain"  # the audit log's users (AuditLog)
 CHECKPOINT_FILE_LABEL = "disttrain.dev/checkpoint-file"
-PLAIN_LABEL = "bench.disttrain.dev/plain"
+# The plain client's jobs (bench_plain.py): the DistTrainJob's CRD under another group and kind.
+PLAIN_GROUP, PLAIN_KIND, PLAIN_PLURAL = "bench.disttrain.dev", "PlainTrainJob", "plaintrainjobs"
 Key = tuple[str, str]  # (namespace, name)
 
 
@@ -161,14 +162,10 @@ def start_watches(api: Any, timeline: Timeline, stop: asyncio.Event) -> list[asy
         timeline.job_events[(meta["namespace"], meta["name"])] += 1
         timeline.on_phase((meta["namespace"], meta["name"]), (obj.get("status") or {}).get("phase"), time.monotonic())
 
-    def stand_in(_: str, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        timeline.on_phase((meta["namespace"], meta["name"]), (obj.get("data") or {}).get("phase"), time.monotonic())
-
     watches: list[tuple[str, Callable[[str, dict[str, Any]], None]]] = [
         (f"/api/v1/pods?labelSelector={JOB_LABEL}", pod),
         ("/apis/disttrain.dev/v1/disttrainjobs", job),
-        (f"/api/v1/configmaps?labelSelector={PLAIN_LABEL}", stand_in),
+        (f"/apis/{PLAIN_GROUP}/v1/{PLAIN_PLURAL}", job),
     ]
     return [asyncio.create_task(watch_forever(api, path, handler, stop)) for path, handler in watches]
 

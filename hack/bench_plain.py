@@ -2,8 +2,12 @@
 for the same jobs, built by the operator's own pure builders, with the operator's concurrency
 (16 jobs at once). It is the API server's limit on this machine: the operator can't beat it.
 
-A ConfigMap labelled bench.disttrain.dev/plain stands for each job (the running operator ignores
-it) and carries its phase in `data.phase`, as the job's status would.
+Each job is the same object a user applies, as a PlainTrainJob: a CRD that is the DistTrainJob's
+whole, its schema and CEL rules included, under another group (`plain_crd`), which no operator
+watches. The API server validates its create and its status writes as it does a DistTrainJob's.
+Until 2026-11 a ConfigMap stood for the job: a create and a patch the API server checks against no
+schema, so the baseline was spared what every job's writes cost the operator's side (a DistTrainJob
+create on the API server of a 2-CPU machine: CEL rules over the pod templates, a 100 KB schema).
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from bench_observe import PLAIN_LABEL, watch_forever
+from bench_observe import PLAIN_GROUP, PLAIN_KIND, PLAIN_PLURAL, watch_forever
 from disttrain.api.constants import REPLICA_TYPE_LABEL
+from disttrain.api.crd import crd
 from disttrain.api.objects import JobRef
 from disttrain.api.parse import parse_spec
 from disttrain.builders.desired import job_pod, supporting_objects
@@ -23,20 +28,39 @@ from disttrain.builders.pods import desired_pod_keys
 WORKERS = 16  # the operator's default --workers
 
 
+def plain_crd() -> dict[str, Any]:
+    """The DistTrainJob CRD under the bench's group and kind: what the API server does with each
+    job's create and status writes is the same; no operator watches it."""
+    out = crd()
+    spec = out["spec"]
+    spec["group"] = PLAIN_GROUP
+    spec["names"] = {"kind": PLAIN_KIND, "listKind": f"{PLAIN_KIND}List", "plural": PLAIN_PLURAL,
+                     "singular": PLAIN_KIND.lower()}
+    out["metadata"] = {"name": f"{PLAIN_PLURAL}.{PLAIN_GROUP}"}
+    return out
+
+
 class PlainClient:
     def __init__(self, api: Any, manifest: Mapping[str, Any]) -> None:
         from kubernetes_asyncio import client
 
         self.core: Any = client.CoreV1Api(api)
+        self.custom: Any = client.CustomObjectsApi(api)
         self.api = api
+        self.manifest = {**manifest, "apiVersion": f"{PLAIN_GROUP}/v1", "kind": PLAIN_KIND}
         self.spec = parse_spec(dict(manifest["spec"]))
         self.gate = asyncio.Semaphore(WORKERS)
 
     async def stand_in(self, ns: str, name: str) -> str:
         """The job object: what a user's `kubectl apply` makes. Returns its UID."""
-        created = await self.core.create_namespaced_config_map(ns, {"metadata": {
-            "name": name, "labels": {PLAIN_LABEL: "true"}}, "data": {"phase": ""}})
-        return str(created.metadata.uid)
+        created = await self.custom.create_namespaced_custom_object(
+            PLAIN_GROUP, "v1", ns, PLAIN_PLURAL, {**self.manifest, "metadata": {"name": name}})
+        return str(created["metadata"]["uid"])
+
+    async def write_phase(self, ns: str, name: str, phase: str) -> None:
+        await self.custom.patch_namespaced_custom_object_status(
+            PLAIN_GROUP, "v1", ns, PLAIN_PLURAL, name, {"status": {"phase": phase}},
+            _content_type="application/merge-patch+json")
 
     async def start_job(self, ns: str, name: str, uid: str) -> None:
         """Its Service, its pods (concurrently), and one status write: the minimum for a job whose
@@ -51,7 +75,7 @@ class PlainClient:
                 if obj["kind"] == "Service":
                     await self.core.create_namespaced_service(ns, obj)
             await asyncio.gather(*(self.core.create_namespaced_pod(ns, p) for p in objects if p["kind"] == "Pod"))
-            await self.core.patch_namespaced_config_map(name, ns, {"data": {"phase": "Pending"}})
+            await self.write_phase(ns, name, "Pending")
 
     async def submit(self, ns: str, name: str) -> None:
         await self.start_job(ns, name, await self.stand_in(ns, name))
@@ -65,7 +89,7 @@ class PlainClient:
 
         async def finish(job: str) -> None:
             async with self.gate:
-                await self.core.patch_namespaced_config_map(job, ns, {"data": {"phase": "Succeeded"}})
+                await self.write_phase(ns, job, "Succeeded")
                 await asyncio.gather(*(self.core.delete_namespaced_pod(p, ns) for p in running.get(job, ())))
 
         def on_pod(kind: str, pod: dict[str, Any]) -> None:

@@ -222,6 +222,10 @@ def test_kueue_evicts_a_job_whose_pods_never_become_ready(cluster: Cluster, queu
     stalled["spec"]["tensorflow"]["worker"]["template"]["spec"]["nodeSelector"] = {"no-such-node": "true"}
     cluster.apply(stalled, queue_ns)
     wait_for(partial(admitted, cluster, queue_ns, "stalled"), 30, "admitted")
+    # The job's own word that it was admitted first: the Workload's admission is seen before the
+    # operator writes Pending, and a Queued read then is the job's first, before admission (a fresh
+    # clone's run read "waiting for Kueue to admit" 0.1 s before the operator wrote Pending).
+    cluster.wait_phase(queue_ns, "stalled", "Pending", timeout=30)
     status = cluster.wait_phase(queue_ns, "stalled", "Queued", timeout=WAIT_FOR_PODS_READY_SECONDS + 60)
     # Kueue's words: the eviction's ("PodsReadyTimeout: ...") or, once requeued, "Exceeded the PodsReady timeout"
     assert status["reason"] == "Evicted" and "PodsReady" in status["message"], status["message"]
