@@ -1,6 +1,6 @@
-"""What `make bench` sees: a timeline of pod, job and stand-in events (each stamped with the
-monotonic time it arrived), the operator process's memory and CPU, and the audit log's count of
-one user's requests.
+"""What `make bench` sees: a timeline of pod and job events (DistTrainJobs, and the plain client's
+PlainTrainJobs), each stamped with the monotonic time it arrived; the operator process's memory and
+CPU; and the audit log's count of one user's requests.
 
 The watches read raw JSON lines, not client models: building a model per event would cost the
 bench more CPU than the work it measures, and the operator and the plain client share these two
@@ -26,6 +26,7 @@ OPERATOR_USER, PLAIN_USER = "disttrain-operator", "disttrain-plain"  # the audit
 CHECKPOINT_FILE_LABEL = "disttrain.dev/checkpoint-file"
 # The plain client's jobs (bench_plain.py): the DistTrainJob's CRD under another group and kind.
 PLAIN_GROUP, PLAIN_KIND, PLAIN_PLURAL = "bench.disttrain.dev", "PlainTrainJob", "plaintrainjobs"
+PLAIN_JOB_LABEL = "bench.disttrain.dev/job-name"  # their pods' job label: the operator's pod watch never sees them
 Key = tuple[str, str]  # (namespace, name)
 
 
@@ -36,7 +37,7 @@ class Timeline:
     pods_of_job: dict[Key, set[str]] = field(default_factory=lambda: defaultdict(set))
     pod_succeeded: dict[Key, float] = field(default_factory=dict)
     pod_deleting: dict[Key, float] = field(default_factory=dict)  # deletionTimestamp seen, or gone
-    phase_seen: dict[Key, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))  # jobs, stand-ins
+    phase_seen: dict[Key, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))  # jobs, both kinds
     pod_phase: dict[Key, str] = field(default_factory=dict)
     running: Counter[str] = field(default_factory=Counter)  # pods Running now, by namespace
     job_events: Counter[Key] = field(default_factory=Counter)  # a job's watch events: its writes
@@ -53,7 +54,7 @@ class Timeline:
             self.pod_added[key] = now
         self.pod_uids[key].add(meta["uid"])
         labels = meta.get("labels") or {}
-        job = labels.get(JOB_LABEL)
+        job = labels.get(JOB_LABEL) or labels.get(PLAIN_JOB_LABEL)
         if job:
             self.pods_of_job[(meta["namespace"], job)].add(meta["name"])
         if CHECKPOINT_FILE_LABEL in labels:
@@ -164,6 +165,7 @@ def start_watches(api: Any, timeline: Timeline, stop: asyncio.Event) -> list[asy
 
     watches: list[tuple[str, Callable[[str, dict[str, Any]], None]]] = [
         (f"/api/v1/pods?labelSelector={JOB_LABEL}", pod),
+        (f"/api/v1/pods?labelSelector={PLAIN_JOB_LABEL}", pod),
         ("/apis/disttrain.dev/v1/disttrainjobs", job),
         (f"/apis/{PLAIN_GROUP}/v1/{PLAIN_PLURAL}", job),
     ]

@@ -46,11 +46,14 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install "${BUILD_TOOLS[@]}" "$TF_PACKAGE"
 
 # mpi4py from source so it links Debian's libmpi (not a wheel with another MPI's ABI). Its one C
-# file (Cython's) unoptimized and without debug information: our ranks make one Allreduce and an
-# allgather (tests/mpi/allreduce.py), and Python's own flags (-O3 -g) made it 150 CPU seconds of a new
-# machine's build, the most of any one file; 21 s with CFLAGS=-g0 (setuptools then passes mpicc ours
-# alone: -O2 -g0 took 94 s).
-env MPICC=mpicc CFLAGS=-g0 "${pip[@]}" install --no-binary mpi4py "$MPI4PY_PACKAGE"
+# file (Cython's) without debug information: our ranks make one Allreduce and an allgather
+# (tests/mpi/allreduce.py), and Python's own flags (-O3 -g) made it 150 CPU seconds of a new machine's
+# build, the most of any one file; 21 s with CFLAGS=-g0 here (the setuptools of mpi4py's isolated
+# build then passed mpicc ours alone, so unoptimized; one that appends them to Python's would give
+# -O3 -g0, which is no slower to run; -O2 -g0 took 94 s).
+# Not from pip's wheel cache, which keys a built wheel by the sdist alone: a wheel built before
+# with other flags would come back (as Horovod's below).
+env MPICC=mpicc CFLAGS=-g0 "${pip[@]}" install --no-cache-dir --no-binary mpi4py "$MPI4PY_PACKAGE"
 
 # Horovod's setup.py imports the installed TensorFlow for its compile flags: no build isolation.
 # Not from pip's cache: it keys a built wheel by the sdist alone, not by the flags it was built
