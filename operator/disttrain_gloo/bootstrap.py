@@ -381,6 +381,24 @@ class Ranks:
         for thread in self.relays:
             thread.join(max(0.0, deadline - time.monotonic()))
 
+    def _cause(self, local_rank: int, status: int) -> tuple[int, int]:
+        """The first failure reaped, or a rank killed by a signal found ended with it. waitpid gives
+        ranks already ended in no order of their ending: a bootstrap kept off the CPU for 50 ms (a
+        busy node) found a rank SIGKILLed (an OOM) and its peer's exit 1 (the collective that lost
+        it) both ended, and reaped the exit 1 first. A killed rank is not one that failed of its
+        peer's loss: its signal is the cause, and the pod's code (137, retryable)."""
+        while self.processes:
+            try:
+                pid, other = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            rank = self.processes.pop(pid, None)
+            if rank is not None and os.WIFSIGNALED(other) and not os.WIFSIGNALED(status):
+                local_rank, status = rank, other
+        return local_rank, status
+
     def wait(self) -> int:
         """Until every rank has ended: the first to fail ends the others; 0 when all succeed.
         Any child is reaped, orphans the container's PID 1 inherits included."""
@@ -399,6 +417,7 @@ class Ranks:
             local_rank = self.processes.pop(pid, None)
             if local_rank is None or failed is not None or exit_code(status) == 0:
                 continue
+            local_rank, status = self._cause(local_rank, status)
             failed = exit_code(status)
             say(f"local rank {local_rank} exited with code {failed}: stopping the other ranks")
             self._send(signal.SIGTERM)

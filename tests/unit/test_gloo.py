@@ -359,12 +359,30 @@ def test_the_first_rank_to_fail_ends_the_others_and_gives_the_pod_its_code(tmp_p
 
 def test_a_killed_rank_is_the_pods_code_even_when_its_peer_fails_just_after(tmp_path: Path) -> None:
     """Rank 1 SIGKILLed (137: retryable), rank 0 exiting 1 50 ms later as its peer's loss makes it
-    (1: fatal under ExitCode): the pod says 137, what happened first."""
+    (1: fatal under ExitCode): the pod says 137, what happened first. Rank 0 exits 50 ms after rank 1
+    says it is about to be killed (each rank's own clock from its start made the order the two
+    processes' start order: a CI run started rank 1 over 50 ms after rank 0, which then ended first).
+    A bootstrap kept off the CPU finds both ended at once; it still says 137 (Ranks._cause)."""
     command = [sys.executable, "-c",
-               "import os, time\nif os.environ['HOROVOD_LOCAL_RANK'] == '1':\n"
-               "    time.sleep(1); os.kill(os.getpid(), 9)\ntime.sleep(1.05); raise SystemExit(1)"]
+               "import os, pathlib, time\nmark = pathlib.Path(os.environ['OUT'], 'killed')\n"
+               "if os.environ['HOROVOD_LOCAL_RANK'] == '1':\n"
+               "    time.sleep(0.5); mark.touch(); os.kill(os.getpid(), 9)\n"
+               "while not mark.exists(): time.sleep(0.005)\ntime.sleep(0.05); raise SystemExit(1)"]
     for _ in range(3):
+        (tmp_path / "ranks" / "killed").unlink(missing_ok=True)
         assert _worker(0, 1, 2, _free_port(), command, tmp_path).wait(30) == 137
+
+
+def test_a_killed_rank_found_ended_with_a_failed_peer_is_the_pods_code() -> None:
+    """Both ranks ended before the bootstrap looks (a busy node keeps it off the CPU): rank 0 exited
+    1, rank 1 was SIGKILLed. waitpid reaps the older child first; the pod still says 137."""
+    script = ("import os, sys, time\nfrom disttrain_gloo import bootstrap\nranks = bootstrap.Ranks()\n"
+              "rank = \"import os\\nif os.environ['R'] == '1': os.kill(os.getpid(), 9)\\nraise SystemExit(1)\"\n"
+              "ranks.start([sys.executable, '-c', rank], [dict(os.environ, R='0'), dict(os.environ, R='1')])\n"
+              "time.sleep(1.0)\nsys.exit(ranks.wait())")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 137, done.stderr
+    assert "local rank 1 exited with code 137" in done.stderr
 
 
 def test_several_ranks_output_comes_whole_lines_each_prefixed_with_its_rank(tmp_path: Path) -> None:
