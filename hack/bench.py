@@ -489,10 +489,10 @@ def main() -> int:
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
         crd = str(REPO / "crds" / "disttrainjobs.disttrain.dev.yaml")
         plain = root / "plaintrainjobs.json"  # the plain client's jobs: the same CRD under its own group
-        plain.write_text(json.dumps(plain_crd()))
-        for path in (crd, str(plain)):
+        plain_doc = plain_crd()
+        plain.write_text(json.dumps(plain_doc))
+        for path, crd_doc in ((crd, yaml.safe_load(Path(crd).read_text())), (str(plain), plain_doc)):
             subprocess.run([kubectl, "apply", "--server-side", "-f", path], env=env, check=True, capture_output=True)
-            crd_doc = yaml.safe_load(Path(path).read_text())
             cluster.wait(f"{crd_doc['metadata']['name']} served",
                          functools.partial(served, functools.partial(cluster.api, "GET"), crd_doc),
                          time.monotonic() + 120)

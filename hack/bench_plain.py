@@ -5,9 +5,9 @@ for the same jobs, built by the operator's own pure builders, with the operator'
 Each job is the same object a user applies, as a PlainTrainJob: a CRD that is the DistTrainJob's
 whole, its schema and CEL rules included, under another group (`plain_crd`), which no operator
 watches. The API server validates its create and its status writes as it does a DistTrainJob's.
-Until 2026-11 a ConfigMap stood for the job: a create and a patch the API server checks against no
-schema, so the baseline was spared what every job's writes cost the operator's side (a DistTrainJob
-create on the API server of a 2-CPU machine: CEL rules over the pod templates, a 100 KB schema).
+Until 2026-11 a ConfigMap stood for the job, which the API server checks against no schema. Measured
+since, the schema was not what set the two sides apart: with the plain side's answers read as bytes
+and its pods out of the operator's watch (both below), 1,000 jobs took 38.8-41.0 s either way.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class PlainClient:
         self.spec = parse_spec(dict(manifest["spec"]))
         self.gate = asyncio.Semaphore(WORKERS)
 
-    async def stand_in(self, ns: str, name: str) -> str:
+    async def create_job(self, ns: str, name: str) -> str:
         """The job object: what a user's `kubectl apply` makes. Returns its UID."""
         created = await self.send(self.custom.create_namespaced_custom_object,
                                   PLAIN_GROUP, "v1", ns, PLAIN_PLURAL, {**self.manifest, "metadata": {"name": name}})
@@ -104,7 +104,7 @@ class PlainClient:
             await self.write_phase(ns, name, "Pending")
 
     async def submit(self, ns: str, name: str) -> None:
-        await self.start_job(ns, name, await self.stand_in(ns, name))
+        await self.start_job(ns, name, await self.create_job(ns, name))
 
     async def finish_when_chief_done(self, ns: str, jobs: int, stop: asyncio.Event) -> None:
         """The completion half: watch the namespace's pods; when a job's chief has succeeded, write

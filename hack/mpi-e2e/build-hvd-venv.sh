@@ -17,6 +17,7 @@ PYTHON=${HVD_PYTHON:-python3.11}
 TF_PACKAGE=tensorflow-cpu==2.15.1
 HOROVOD_PACKAGE=horovod==0.28.1
 MPI4PY_PACKAGE=mpi4py==4.1.2
+MPI4PY_CFLAGS=-g0  # see its install below
 BUILD_TOOLS=("setuptools>=69,<75" wheel)
 # Without debug information (the toolchain file says how, and what it saves): CMake 3.21+ reads
 # CMAKE_TOOLCHAIN_FILE from the environment, and Horovod's setup.py passes no flags of ours on.
@@ -29,7 +30,7 @@ case "$py_version" in
   3.11.*) ;;
   *) echo "build-hvd-venv: $PYTHON is Python $py_version; TensorFlow 2.15 + Horovod 0.28.1 need 3.11" >&2; exit 1 ;;
 esac
-key=$(printf '%s\n' "$py_version" mpi4py-CFLAGS=-g0 "$TF_PACKAGE" "$HOROVOD_PACKAGE" "$MPI4PY_PACKAGE" "${BUILD_TOOLS[@]}" \
+key=$(printf '%s\n' "$py_version" "mpi4py-CFLAGS=$MPI4PY_CFLAGS" "$TF_PACKAGE" "$HOROVOD_PACKAGE" "$MPI4PY_PACKAGE" "${BUILD_TOOLS[@]}" \
         "${HOROVOD_FLAGS[@]}" "$(cat hack/mpi-e2e/horovod-release-flags.cmake)" "$(mpicc --showme:version 2>&1)" | sha1sum | cut -c1-12)
 stamp="$VENV/.stamp-$key"
 if [ -e "$stamp" ] && ls "$WHEELS"/horovod-0.28.1-*.whl >/dev/null 2>&1; then
@@ -53,7 +54,7 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 # -O3 -g0, which is no slower to run; -O2 -g0 took 94 s).
 # Not from pip's wheel cache, which keys a built wheel by the sdist alone: a wheel built before
 # with other flags would come back (as Horovod's below).
-env MPICC=mpicc CFLAGS=-g0 "${pip[@]}" install --no-cache-dir --no-binary mpi4py "$MPI4PY_PACKAGE"
+env MPICC=mpicc CFLAGS="$MPI4PY_CFLAGS" "${pip[@]}" install --no-cache-dir --no-binary mpi4py "$MPI4PY_PACKAGE"
 
 # Horovod's setup.py imports the installed TensorFlow for its compile flags: no build isolation.
 # Not from pip's cache: it keys a built wheel by the sdist alone, not by the flags it was built
