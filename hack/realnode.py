@@ -85,6 +85,22 @@ def ctr(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return run(str(bin_path("ctr")), "--address", str(SOCKET), "--namespace", "k8s.io", *argv, check=check)
 
 
+def mount_netns_folder() -> None:
+    """/run/netns a mount point of its own, shared, before containerd bind-mounts a pod's network
+    namespace in it, as `ip netns add` makes it the first time it runs (iproute2's
+    create_netns_dir). Left to `ip netns` (test_real_mpi.py, in another lane), that first mount
+    came over the folder with pods' namespaces already mounted in it and hid them: containerd's
+    unmount then missed each one, its unlink failed with EBUSY, and the pods stayed Terminating
+    (a fresh machine's make test: the standby test waited 120 s for the old leader's pod to go,
+    and two cni-* namespaces outlived the node). Mount IDs said it: the folder's mount (138) came
+    after the two namespaces' (92, 133) on the same parent."""
+    folder = Path("/run/netns")
+    folder.mkdir(parents=True, exist_ok=True)
+    if run("mountpoint", "-q", str(folder), check=False).returncode != 0:
+        run("mount", "--bind", str(folder), str(folder))
+    run("mount", "--make-shared", str(folder))
+
+
 def create_bridge() -> None:
     """The pods' bridge with the host's address on it, made before the API server binds there; and
     bridged packets handed to iptables (kubeadm's preflight asks for it too), without which the
@@ -121,6 +137,7 @@ class RealNode:
         nodedra.start(self.plane, bin_path(nodedra.NAME), self.dir, self.dir / "kubelet", NODE_NAME, CDI_DIR, deadline)
 
     def _start_containerd(self, deadline: float) -> None:
+        mount_netns_folder()
         STATE.mkdir(parents=True, exist_ok=True)
         CONTAINERD_ROOT.mkdir(parents=True, exist_ok=True)
         cni = self.dir / "cni"
