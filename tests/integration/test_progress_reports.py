@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 import disttrain_progress
+from disttrain.api.status import parse_timestamp
 from manifests import mwms_job
 from progress_support import AUDIENCE, operator_args, pod_token, post_report, progress_volume
 from support import (
@@ -201,3 +202,60 @@ def test_the_serving_certificate_follows_the_address_and_keeps_its_ca(cluster: C
     assert isinstance(public, ec.EllipticCurvePublicKey)
     assert served.signature_hash_algorithm is not None
     public.verify(served.signature, served.tbs_certificate_bytes, ec.ECDSA(served.signature_hash_algorithm))
+
+
+def stalled_condition(cluster: Cluster, ns: str, job: str) -> dict[str, Any]:
+    conditions = cluster.job_status(ns, job).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "Stalled"), {})
+
+
+def running_pods(cluster: Cluster, ns: str, job: str) -> dict[str, str]:
+    """The job's pods by name and uid, once every one of them is Running; {} before."""
+    pods = [p for p in cluster.pods(ns, f"disttrain.dev/job-name={job}") if p.metadata.deletion_timestamp is None]
+    return {p.metadata.name: p.metadata.uid for p in pods} if all(p.status.phase == "Running" for p in pods) else {}
+
+
+def test_a_training_whose_step_stands_still_is_stalled_then_restarted_and_resumes(
+        cluster: Cluster, operator: OperatorProcess, namespace: str, tmp_path: Path) -> None:
+    """Issue 46 on the plane: worker 0 reports two steps and then nothing, as a training frozen in a
+    collective. Under onStall Report the job is Stalled within its 10 s (a Warning event; the pods
+    untouched); switched to Restart, it restarts whole, counted; the new attempt's worker 0 reports
+    the step it resumed at, and the condition ends."""
+    cluster.apply(mwms_job("frozen", workers=2, stallTimeoutSeconds=10), namespace)
+    first = wait_for(lambda: len(pods := running_pods(cluster, namespace, "frozen")) == 2 and pods, 30, "2 pods")
+    reporter = disttrain_progress.Reporter(str(progress_volume(cluster, namespace, "frozen-worker-0", tmp_path / "a")),
+                                           min_interval=0.1)
+    for step in (100, 200):
+        reporter.report(step=step, total_steps=1000)
+        assert reporter.flush(10) and reporter.refused == 0
+        def shows(step: int = step) -> bool:
+            return progress_of(cluster, namespace, "frozen").get("step") == step
+        wait_for(shows, 20, f"step {step} in the status")
+    advanced = progress_of(cluster, namespace, "frozen")["advancedAt"]
+    found = wait_for(lambda: (c := stalled_condition(cluster, namespace, "frozen")).get("status") == "True" and c,
+                     40, "the Stalled condition")
+    print(f"\nstalled: {found}")
+    assert f"step 200 since {advanced} (frozen-worker-0)" in found["message"], found
+    waited = (parse_timestamp(found["lastTransitionTime"]) - parse_timestamp(advanced)).total_seconds()  # type: ignore[operator]
+    assert 10 <= waited <= 10 + 8, f"found {waited:.0f} s after its step: the timeout, and a pass or two"
+    event = cluster.wait_event(namespace, "frozen", lambda e: e.reason == "Stalled" and e.type == "Warning",
+                               "the Stalled event")
+    assert "onStall is Report" in event.message
+    assert running_pods(cluster, namespace, "frozen") == first, "Report leaves the pods as they are"
+
+    cluster.custom.patch_namespaced_custom_object("disttrain.dev", "v1", namespace, "disttrainjobs", "frozen",
+                                                  {"spec": {"runPolicy": {"onStall": "Restart"}}})
+    restarted = cluster.wait_event(namespace, "frozen", lambda e: e.reason == "TrainingStalled", "the restart")
+    assert "restarting the whole job (restart 1 of 3)" in restarted.message, restarted.message
+    wait_for(lambda: len(pods := running_pods(cluster, namespace, "frozen")) == 2 and not set(pods.values()) &
+             set(first.values()), 60, "the new attempt's 2 pods running")
+    assert cluster.job_status(namespace, "frozen")["restarts"] == 1
+    assert stalled_condition(cluster, namespace, "frozen")["status"] == "True", "nothing has moved yet"
+    resumed = disttrain_progress.Reporter(str(progress_volume(cluster, namespace, "frozen-worker-0", tmp_path / "b")),
+                                          min_interval=0.1)
+    resumed.report(step=150, total_steps=1000)  # its checkpoint's step
+    assert resumed.flush(10) and resumed.refused == 0
+    ended = wait_for(lambda: (c := stalled_condition(cluster, namespace, "frozen")).get("status") == "False" and c,
+                     20, "the Stalled condition ended")
+    assert ended["reason"] == "TrainingAdvanced" and "step 150" in ended["message"], ended
+    assert cluster.job_status(namespace, "frozen")["phase"] == "Running"

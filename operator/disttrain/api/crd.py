@@ -98,7 +98,7 @@ def status_schema() -> Schema:
             },
             "conditions": {
                 "type": "array",
-                "description": "Created, Running, Restarting, Succeeded, Failed, Suspended.",
+                "description": "Queued, Created, Running, Restarting, Succeeded, Failed, Suspended, Stalled.",
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
                 "items": {
@@ -149,6 +149,7 @@ def progress_status_schema() -> Schema:
                                  minimum=0, maximum=100),
             "remainingSeconds": count("Seconds left at the recent rate."),
             "eta": string_field("Time left at the recent rate (7m12s), or stale."),
+            "advancedAt": string_field("When the step or epoch reported last changed (stalls).", format="date-time"),
             "stale": {"type": "boolean", "description": "True while a Running job's reporter has been silent too "
                                                         "long (5 minutes, or three of its usual intervals)."},
             "evaluation": {"type": "object", "description": "The evaluator's latest report.", "properties": reported},

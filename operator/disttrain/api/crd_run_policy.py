@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from disttrain.api import defaults
 from disttrain.api.crd_spec import Schema, enum_field, immutable, int_field, string_field
-from disttrain.api.spec import CleanPodPolicy, Egress, GangProvider, RestartScope
+from disttrain.api.spec import CleanPodPolicy, Egress, GangProvider, OnStall, RestartScope
 
 
 def run_policy_schema() -> Schema:
@@ -42,6 +42,15 @@ def run_policy_schema() -> Schema:
                                    "true: where the operator has a hook image (the chart's default), every pod "
                                    "gets disttrain_progress and its zero-code Keras hook from an init container, "
                                    "whatever its image; false: the pods run their image as it is."},
+            "stallTimeoutSeconds": int_field(
+                "Seconds a Running job's reported training step may stay the same before the job is Stalled (its "
+                "first step of each attempt gets three times as long). Unset: ten of the job's own intervals between "
+                "reports, and never under 10 minutes. A job that never reports is never Stalled.",
+                minimum=defaults.MIN_STALL_TIMEOUT_SECONDS, maximum=defaults.MAX_STALL_TIMEOUT_SECONDS),
+            "onStall": enum_field(
+                "What a Stalled job gets. Report: the Stalled condition, a Warning event and the "
+                "disttrain_job_stalled gauge. Restart: besides, the whole job is restarted (counted toward "
+                "backoffLimit), to resume from its last checkpoint.", [o.value for o in OnStall], defaults.ON_STALL),
             "scheduling": scheduling_schema(),
             "networkPolicy": immutable(network_policy_schema(), "runPolicy.networkPolicy"),
         },

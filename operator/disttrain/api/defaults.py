@@ -39,6 +39,17 @@ CHECKPOINT_GRACE_SECONDS = 30
 # Its bound: a job's owner holds Kueue quota against a higher-priority preemptor that long at most
 # (Kueue bounds no integration's stop). Ten minutes covers a save of a large model to remote storage.
 MAX_CHECKPOINT_GRACE_SECONDS = 600
+# runPolicy.onStall: what a stalled job gets (decide/policies/stall.py). Report, because a restart
+# is not free and the rule can be wrong: it throws away every step since the job's last checkpoint
+# and one of its backoffLimit restarts, and a training can be still for long and healthy (an
+# evaluation pass or a checkpoint to slow storage that reports no step, a data loader filling a
+# new epoch's shuffle buffer). An existing job upgraded onto this operator keeps running as it did;
+# a team that has seen the condition fire only on real hangs turns Restart on per job.
+ON_STALL = "Report"
+# runPolicy.stallTimeoutSeconds' bounds. Below 10 s the progress hook's own pace (a report every 2 s
+# at most) and a status write's 15 s make a healthy job read as still; a week is far past any step.
+MIN_STALL_TIMEOUT_SECONDS = 10
+MAX_STALL_TIMEOUT_SECONDS = 7 * 24 * 3600
 GANG_PROVIDER = "Auto"
 NETWORK_EGRESS = "All"
 # The schedulers' names a gang provider's pods get unless the job names one (their usual names:

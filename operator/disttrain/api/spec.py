@@ -27,6 +27,11 @@ class RestartScope(StrEnum):
     JOB = "Job"
 
 
+class OnStall(StrEnum):
+    REPORT = "Report"  # the Stalled condition, a Warning event and the gauge; the pods are left as they are
+    RESTART = "Restart"  # besides: the whole job restarted, counted toward backoffLimit
+
+
 class SuccessPolicy(StrEnum):
     CHIEF_OR_WORKER0 = "ChiefOrWorker0"
     ALL_WORKERS = "AllWorkers"
@@ -168,6 +173,8 @@ class RunPolicy:
     suspend: bool = defaults.SUSPEND
     checkpoint_grace_seconds: int = defaults.CHECKPOINT_GRACE_SECONDS
     inject_progress_hook: bool = defaults.INJECT_PROGRESS_HOOK
+    stall_timeout_seconds: int | None = None  # None: derived from the job's own reports (policies/stall.py)
+    on_stall: OnStall = OnStall(defaults.ON_STALL)
     scheduling: Scheduling = field(default_factory=Scheduling)
     network_policy: NetworkIsolation | None = None  # None: no NetworkPolicy
 

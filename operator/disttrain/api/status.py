@@ -28,9 +28,10 @@ class Phase(StrEnum):
 
 FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
 # The conditions a job can carry. Created is True once every pod of the current attempt exists;
-# each of the others belongs to the phase of the same name (Pending has none: it is the absence
-# of the rest).
-CONDITION_TYPES = ("Queued", "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+# each of the others but Stalled belongs to the phase of the same name (Pending has none: it is the
+# absence of the rest). Stalled is True while the training's reported step stands still past its
+# timeout (decide/policies/stall.py).
+CONDITION_TYPES = ("Queued", "Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "Stalled")
 
 
 def timestamp(moment: datetime.datetime) -> str:

@@ -23,6 +23,7 @@ from disttrain.api.spec import (
     LauncherStart,
     MPIBootstrap,
     MPIImplementation,
+    OnStall,
     RestartPolicy,
     RestartScope,
     SuccessPolicy,
@@ -186,6 +187,8 @@ class RunPolicy(_Object):
     suspend: bool | None = None
     checkpoint_grace_seconds: int | None = None
     inject_progress_hook: bool | None = None
+    stall_timeout_seconds: int | None = None
+    on_stall: OnStall | None = None
     scheduling: Scheduling | None = None
     network_policy: NetworkPolicy | None = None
 

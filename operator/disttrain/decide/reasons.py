@@ -42,6 +42,11 @@ class Reason(StrEnum):
     POD_DELETED = "PodDeleted"
     PODS_NOT_RUNNING = "PodsNotRunning"
     BELOW_MIN_REPLICAS = "BelowMinReplicas"  # an elastic job short of minReplicas workers too long
+    TRAINING_STALLED = "TrainingStalled"  # runPolicy.onStall: Restart, for a stall (decide/stall_steps.py)
+    # The Stalled condition: the training's reported step stood still past its timeout (and the Warning
+    # event of a job left running), then its end. Not a restart: the transitions metric counts it apart.
+    STALLED = "Stalled"
+    TRAINING_ADVANCED = "TrainingAdvanced"
     # An elastic MPI job's workers change (events): spec.mpi.worker.replicas, and the pods scaled away.
     WORKERS_SCALED = "WorkersScaled"
     # The job fails.
@@ -59,5 +64,6 @@ class Reason(StrEnum):
 FAILURES = frozenset({Reason.REPLICA_FAILED, Reason.BACKOFF_LIMIT_EXCEEDED, Reason.DEADLINE_EXCEEDED,
                       Reason.INVALID_SPEC, Reason.INVALID_POD_TEMPLATE, Reason.INVALID_OBJECT, Reason.OBJECT_NOT_OWNED,
                       Reason.GANG_UNAVAILABLE, Reason.WORKLOAD_FINISHED})
-RESTARTS = frozenset({Reason.POD_FAILED, Reason.POD_DELETED, Reason.BELOW_MIN_REPLICAS})
+RESTARTS = frozenset({Reason.POD_FAILED, Reason.POD_DELETED, Reason.BELOW_MIN_REPLICAS,
+                      Reason.TRAINING_STALLED})
 REFUSED = frozenset({Reason.POD_CREATE_REFUSED, Reason.CREATE_REFUSED})  # waited out: create_refusals.py

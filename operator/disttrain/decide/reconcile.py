@@ -9,7 +9,7 @@ is decided:
     finished?   -> clean up, delete after the TTL
     suspended?  -> delete the pods, phase Suspended
     otherwise   -> resume, then: too large to start, uncountable GPU claims, queue, gang, deadline, success, fatal
-                   failure, restart, kubelet backoff, claim objects not there yet, start
+                   failure, restart, stalled training, kubelet backoff, claim objects not there yet, start
 
 Only the job's own pods count: those whose controller reference carries its UID. Pods of an
 earlier job of the same name (deleted, its pods not yet collected) are waited out, never counted.
@@ -37,6 +37,7 @@ from disttrain.decide import (
     name_reuse_steps,
     queue_steps,
     size_steps,
+    stall_steps,
 )
 from disttrain.decide.passes import JobState, Pass
 from disttrain.decide.plan import Plan
@@ -57,6 +58,7 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
     p = Pass(job, pods, now, ssh_keys)
     if dispatch_steps.managed_elsewhere(p.spec):  # spec.managedBy: only its Workload here (MultiKueue)
         return dispatch_steps.follow(p)
+    stalled = stall_steps.NOT_JUDGED
     if p.phase in FINISHED:
         p.plan.delete = cleanup.pods_to_clean(p.spec.run_policy.clean_pod_policy, p.live)
         p.release_group()
@@ -64,10 +66,12 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
         suspend(p)
     else:
         resume_if_suspended(p)
+        stalled = stall_steps.judge(p)
         (size_steps.refuse_too_large(p) or claim_steps.refuse_uncountable(p) or queue_steps.hold_in_queue(p)
          or gang_steps.choose_provider(p) or fail_past_deadline(p) or succeed(p) or fail_fatally(p)
-         or restart_failed(p) or restart_below_min(p) or fail_kubelet_backoff(p) or claim_steps.wait_for_claims(p)
-         or start(p))
+         or restart_failed(p) or restart_below_min(p) or restart_stalled(p, stalled) or fail_kubelet_backoff(p)
+         or claim_steps.wait_for_claims(p) or start(p))
+    stall_steps.report(p, stalled)
     queue_steps.report(p)
     elastic_steps.report(p)
     claim_steps.record(p)
@@ -162,6 +166,12 @@ def restart_failed(p: Pass) -> bool:
 def restart_below_min(p: Pass) -> bool:
     """An elastic job short of minReplicas Ready workers for longer than its grace restarts whole."""
     decision = elastic_steps.below_min_restart(p)
+    return decision is not None and carry_out(p, decision, [])
+
+
+def restart_stalled(p: Pass, stalled: stall_steps.Judged) -> bool:
+    """runPolicy.onStall: Restart, as a failure's whole-job restart (decide/stall_steps.py)."""
+    decision = stall_steps.restart_decision(p, stalled)
     return decision is not None and carry_out(p, decision, [])
 
 

@@ -37,6 +37,7 @@ class JobSample:
     pods_desired: int
     restarts: int
     seconds_to_running: float | None  # once the job has had every pod running
+    stalled: bool = False  # its Stalled condition is True (decide/stall_steps.py)
 
 
 def sample(job: Mapping[str, Any]) -> JobSample:
@@ -49,7 +50,9 @@ def sample(job: Mapping[str, Any]) -> JobSample:
     ready = sum(int(c.get("ready") or 0) for c in (status.get("replicaStatuses") or {}).values())
     return JobSample(uid=meta.get("uid", ""), phase=status.get("phase") or Phase.PENDING.value, pods_ready=ready,
                      pods_desired=desired, restarts=int(status.get("restarts") or 0),
-                     seconds_to_running=seconds_to_running(meta, status))
+                     seconds_to_running=seconds_to_running(meta, status),
+                     stalled=any(c.get("type") == "Stalled" and c.get("status") == "True"
+                                 for c in status.get("conditions") or []))
 
 
 def seconds_to_running(meta: Mapping[str, Any], status: Mapping[str, Any]) -> float | None:
@@ -70,6 +73,8 @@ FAMILIES = (  # name, help, labels after LABELS
     ("disttrain_job_pods_desired", "Pods the job wants", ()),
     ("disttrain_job_restarts", "Restarts of the job so far (status.restarts)", ()),
     ("disttrain_job_seconds_to_running", "Seconds from the job's creation to every pod running, first time", ()),
+    ("disttrain_job_stalled", "1 while the job's Stalled condition is True (no series otherwise): its training's "
+                              "reported step has stood still past its timeout (runPolicy.stallTimeoutSeconds)", ()),
     # What the pods report (api/progress.py): at most MAX_METRICS names per role per job, the first reported.
     ("disttrain_job_progress_percent", "Percent of the training done, as the job's training reporter last said", ()),
     ("disttrain_job_metric", "The latest value of a metric a job's pod reported (loss, accuracy, ...); role is "
@@ -87,6 +92,7 @@ class _Row:
     desired: int = 0
     restarts: int = 0
     seconds_to_running: float | None = None  # the first time only
+    stalled: bool = False
     percent: float | None = None
     metrics: dict[tuple[str, str], float] = field(default_factory=dict)  # (role, metric) -> value
 
@@ -109,6 +115,7 @@ class JobGauges(Collector):
             row = self._rows[key] = _Row(now.uid)
         row.uid = now.uid
         row.phase, row.ready, row.desired, row.restarts = now.phase, now.pods_ready, now.pods_desired, now.restarts
+        row.stalled = now.stalled
         # The first time only: a restarted job's Running condition moves, its start-up latency doesn't.
         if now.seconds_to_running is not None and row.seconds_to_running is None:
             row.seconds_to_running = now.seconds_to_running
@@ -140,7 +147,7 @@ class JobGauges(Collector):
         """The series now. Scraped from the metrics server's thread while the event loop changes
         rows: list() of a dict's items is one step under the GIL, so what is read is consistent
         per row, never a dict that changes size under iteration."""
-        phase, ready, desired, restarts, to_running, percent, metric = (
+        phase, ready, desired, restarts, to_running, stalled, percent, metric = (
             GaugeMetricFamily(name, doc, labels=[*LABELS, *extra]) for name, doc, extra in FAMILIES)
         for (namespace, name), row in list(self._rows.items()):
             labels = [namespace, name]
@@ -150,8 +157,10 @@ class JobGauges(Collector):
             restarts.add_metric(labels, row.restarts)
             if row.seconds_to_running is not None:
                 to_running.add_metric(labels, row.seconds_to_running)
+            if row.stalled:  # only then: a 0 per job would be a series per job for nothing (as the phase's)
+                stalled.add_metric(labels, 1)
             if row.percent is not None:
                 percent.add_metric(labels, row.percent)
             for (role, metric_name), value in list(row.metrics.items()):
                 metric.add_metric([*labels, role, metric_name], value)
-        yield from (phase, ready, desired, restarts, to_running, percent, metric)
+        yield from (phase, ready, desired, restarts, to_running, stalled, percent, metric)

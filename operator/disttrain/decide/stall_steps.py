@@ -1,0 +1,102 @@
+"""The Stalled condition, its Warning event, and the restart runPolicy.onStall: Restart asks for
+(the rule: decide/policies/stall.py).
+
+The condition is True from the pass that finds the training stalled until its reported step
+changes again, or the job leaves for Suspended, Queued or a finish. Through a restart for it
+(Restarting, Pending, the new attempt's first step) it stays True: the job still has made no
+progress, and the restart is the remedy under way; the new attempt's first new step clears it.
+One status write at each edge, none between; the event comes with the edge to True.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from disttrain.api.spec import OnStall
+from disttrain.api.status import FINISHED, Phase, parse_timestamp, set_condition, timestamp
+from disttrain.decide import progress
+from disttrain.decide.passes import Pass
+from disttrain.decide.plan import Event
+from disttrain.decide.policies import failure, stall
+from disttrain.decide.reasons import Reason
+
+CONDITION = "Stalled"
+LEFT_FOR = (Phase.SUSPENDED, Phase.QUEUED, *FINISHED)  # the condition ends with these phases
+
+
+@dataclass(frozen=True)
+class Judged:
+    why: str | None  # the job is stalled, and why; None: it is not (or can't be told)
+    training: Mapping[str, Any]  # status.progress as this pass reads it (the latest report in)
+
+
+NOT_JUDGED = Judged(None, {})  # a job finished or suspended: only its condition's end is reported
+
+
+def judge(p: Pass) -> Judged:
+    """Before the ladder: whether the job is stalled now; a look again when it would be."""
+    state = p.job.progress
+    current, _ = progress.progress_status(state, p.job.status.get("progress"), p.phase, p.now)
+    training = current or {}
+    if p.phase is not Phase.RUNNING or p.stopping or p.job.status.get("checkpoint"):
+        return Judged(None, training)  # a stop under way: the training is saving, not stepping
+    why, recheck = stall.stalled(p.spec.run_policy, current, running_since(p.job.status),
+                                 state.gap_seconds if state is not None else None, p.now)
+    if recheck is not None:
+        p.plan.requeue_within(recheck)
+    return Judged(why, training)
+
+
+def restart_decision(p: Pass, judged: Judged) -> failure.Restart | None:
+    """runPolicy.onStall: Restart, for a stalled job: the whole job, through the same restart as a
+    failure's (counted toward backoffLimit; past it, the job fails), to resume from its last
+    checkpoint. No checkpoint is asked for first: a training that no longer steps can't save one."""
+    if judged.why is None or p.spec.run_policy.on_stall is not OnStall.RESTART:
+        return None
+    return failure.decide(p.spec, p.restarts_so_far, p.kubelet_restarts, judged.why, 1, True,
+                          Reason.TRAINING_STALLED)
+
+
+def report(p: Pass, judged: Judged) -> None:
+    """After the ladder: the condition, and the event for a job that is left running."""
+    conditions = list(p.plan.status.get("conditions") or [])
+    was = next((c for c in conditions if c.get("type") == CONDITION), None)
+    stalled_before = was is not None and was.get("status") == "True"
+    now = timestamp(p.now)
+    # Restarting for it: carry_out moved the job, with a Warning event of its own. Any other move in
+    # the same pass (succeeded, failed on a pod, evicted) outranks the stall.
+    restarting = p.phase is Phase.RESTARTING and p.plan.status.get("reason") == Reason.TRAINING_STALLED
+    if judged.why is not None and (p.phase is Phase.RUNNING or restarting):
+        action = ("runPolicy.onStall is Restart: the whole job restarts" if restarting
+                  else "runPolicy.onStall is Report: its pods are left running")
+        message = f"{judged.why}; {action}"
+        p.plan.status["conditions"] = set_condition(conditions, CONDITION, True, Reason.STALLED, message, now)
+        if not stalled_before and not restarting:
+            p.plan.events.append(Event("Warning", Reason.STALLED, message))
+        return
+    if not stalled_before:
+        return
+    assert was is not None
+    if p.phase in LEFT_FOR:
+        p.plan.status["conditions"] = set_condition(
+            conditions, CONDITION, False, str(p.plan.status.get("reason") or p.phase.value),
+            f"the job is {p.phase.value}", now)
+        return
+    advanced = parse_timestamp(judged.training.get("advancedAt"))
+    since = parse_timestamp(was.get("lastTransitionTime"))
+    if advanced is not None and since is not None and advanced > since:
+        where = stall.position(judged.training) or "a new step"
+        p.plan.status["conditions"] = set_condition(
+            conditions, CONDITION, False, Reason.TRAINING_ADVANCED,
+            f"the training reported {where} at {timestamp(advanced)}", now)
+
+
+def running_since(status: Mapping[str, Any]) -> datetime.datetime | None:
+    """When the job's pods last all ran (its Running condition turned True); None unless it is True."""
+    running = next((c for c in status.get("conditions") or [] if c.get("type") == Phase.RUNNING.value), None)
+    if running is None or running.get("status") != "True":
+        return None
+    return parse_timestamp(running.get("lastTransitionTime"))
