@@ -96,9 +96,10 @@ def mount_netns_folder() -> None:
     after the two namespaces' (92, 133) on the same parent."""
     folder = Path("/run/netns")
     folder.mkdir(parents=True, exist_ok=True)
+    # Recursive, as iproute2's (MS_REC): namespaces a crashed run left mounted there stay in view.
     if run("mountpoint", "-q", str(folder), check=False).returncode != 0:
-        run("mount", "--bind", str(folder), str(folder))
-    run("mount", "--make-shared", str(folder))
+        run("mount", "--rbind", str(folder), str(folder))
+    run("mount", "--make-rshared", str(folder))
 
 
 def create_bridge() -> None:

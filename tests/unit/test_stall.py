@@ -85,30 +85,62 @@ def condition(plan: Plan) -> dict[str, Any] | None:
 # -- the rule ------------------------------------------------------------------------------------
 
 
-def test_the_timeout_is_the_jobs_or_ten_of_its_intervals_and_never_under_ten_minutes() -> None:
+def points(*runs: tuple[int | None, int | None, float, float]) -> list[dict[str, Any]]:
+    """A history: for each (epoch, step, from, to), a point every 15 s from `from` to `to` seconds."""
+    out = []
+    for epoch, step_, start, end in runs:
+        t = start
+        while t <= end:
+            out.append({"at": stamp(t), **({"epoch": epoch} if epoch is not None else {}),
+                        **({"step": step_} if step_ is not None else {})})
+            t += 15
+    return out
+
+
+def test_the_timeout_is_the_jobs_or_three_of_its_longest_wait_between_moves_and_never_under_ten_minutes() -> None:
     set_one = parse_spec(job(stallTimeoutSeconds=45)["spec"]).run_policy
     unset = parse_spec(job()["spec"]).run_policy
     assert (unset.stall_timeout_seconds, unset.on_stall) == (None, OnStall.REPORT)
-    assert stall.timeout_seconds(set_one, gap_seconds=300) == 45
-    assert stall.timeout_seconds(unset, gap_seconds=None) == 600  # an operator just restarted: the floor
-    assert stall.timeout_seconds(unset, gap_seconds=2) == 600  # the hook's pace: 10 x 2 s is no timeout
-    assert stall.timeout_seconds(unset, gap_seconds=300) == 3000  # a step every 5 minutes: ten of them
+    steps = [{"at": stamp(15 * i), "step": 10 * i} for i in range(30)]  # every point a new step
+    assert stall.timeout_seconds(set_one, steps) == 45
+    assert stall.timeout_seconds(unset, steps) == 600
+    # Not known before the history shows two changes: not judged (an operator's floor would be a guess).
+    assert stall.timeout_seconds(unset, []) is None and stall.timeout_seconds(unset, steps[:1]) is None
+    # An epoch-end pause of 5 minutes seen before: three of it.
+    paused = points((1, 100, 0, 0), (1, 200, 15, 315), (2, 300, 330, 330))
+    assert stall.timeout_seconds(unset, paused) == 3 * 315
+    # Reporting epochs only, each 30 minutes: three epochs (the one standing now left out).
+    epochs = points((1, None, 0, 1800), (2, None, 1815, 3615), (3, None, 3630, 3700))
+    assert stall.timeout_seconds(unset, epochs) == 3 * 1815
+    # A step every 20 minutes, each its own report: an hour.
+    slow = [{"at": stamp(1200 * i), "step": i} for i in range(3)]
+    assert stall.timeout_seconds(unset, slow) == 3600
 
 
 def test_a_job_that_never_reported_a_step_is_never_stalled() -> None:
     run = parse_spec(job(stallTimeoutSeconds=60)["spec"]).run_policy
-    assert stall.stalled(run, None, T0, None, at(10_000)) == (None, None)
+    assert stall.stalled(run, None, T0, at(10_000)) == (None, None)
     metrics_only = {"metrics": {"loss": 0.3}, "reportedAt": stamp(5), "advancedAt": stamp(5)}
-    assert stall.stalled(run, metrics_only, T0, None, at(10_000)) == (None, None)
+    assert stall.stalled(run, metrics_only, T0, at(10_000)) == (None, None)
+
+
+def test_a_healthy_job_reporting_epochs_only_is_not_stalled_within_its_epoch() -> None:
+    """Reports every few seconds, an epoch every 30 minutes: ten minutes into an epoch is no stall."""
+    unset = parse_spec(job()["spec"]).run_policy
+    history = points((1, None, 0, 1800), (2, None, 1815, 2400))
+    progress = {"epoch": 2, "reportedAt": stamp(2400), "advancedAt": stamp(1815), "history": history}
+    assert stall.stalled(unset, progress, T0, at(1815 + 660)) == (None, 3 * 1815 - 660)
+    why, _ = stall.stalled(unset, progress, T0, at(1815 + 3 * 1815))
+    assert why is not None and "epoch 2 since" in why and "nothing new since" in why
 
 
 def test_a_step_still_past_the_timeout_is_stalled_and_the_message_names_it() -> None:
     run = parse_spec(job(stallTimeoutSeconds=60)["spec"]).run_policy
     progress = reported(1500, advanced=100, last=130)
-    assert stall.stalled(run, progress, T0, None, at(150)) == (None, 10.0)  # looked at again when it would be
-    why, recheck = stall.stalled(run, progress, T0, None, at(161))
+    assert stall.stalled(run, progress, T0, at(150)) == (None, 10.0)  # looked at again when it would be
+    why, recheck = stall.stalled(run, progress, T0, at(161))
     assert recheck is None and why == (
-        f"the training has reported step 1500 since {stamp(100)} (mnist-chief-0) and no step since: "
+        f"the training has reported step 1500 since {stamp(100)} (mnist-chief-0) and nothing new since: "
         "longer than runPolicy.stallTimeoutSeconds 60s")
 
 
@@ -116,8 +148,8 @@ def test_an_attempts_first_step_gets_three_timeouts_from_its_pods_start() -> Non
     """Graph building, compilation and a checkpoint's restore come before the first step."""
     run = parse_spec(job(stallTimeoutSeconds=60)["spec"]).run_policy
     before_the_restart = reported(1500, advanced=-900)
-    assert stall.stalled(run, before_the_restart, T0, None, at(179)) == (None, 1.0)
-    why, _ = stall.stalled(run, before_the_restart, T0, None, at(180))
+    assert stall.stalled(run, before_the_restart, T0, at(179)) == (None, 1.0)
+    why, _ = stall.stalled(run, before_the_restart, T0, at(180))
     assert why is not None and "no new step since its pods all ran" in why and "3 x runPolicy" in why
 
 
@@ -217,3 +249,41 @@ def test_a_stall_left_running_is_no_restart_in_the_metrics() -> None:
     from disttrain.decide.reasons import RESTARTS, Reason
 
     assert Reason.STALLED not in RESTARTS and Reason.TRAINING_STALLED in RESTARTS
+
+
+def test_a_training_past_its_last_step_is_not_stalled() -> None:
+    """A model's export or upload after the last step reports nothing."""
+    run = parse_spec(job(stallTimeoutSeconds=60)["spec"]).run_policy
+    done = {**reported(10_000, advanced=100), "totalSteps": 10_000}
+    assert stall.stalled(run, done, T0, at(100_000)) == (None, None)
+
+
+def test_an_advanced_at_left_from_another_step_is_not_trusted() -> None:
+    """An operator rolled back kept the field and moved the step; forward again, the history dates it."""
+    run = parse_spec(job(stallTimeoutSeconds=60)["spec"]).run_policy
+    history = [{"at": stamp(100), "step": 1500}, {"at": stamp(4000), "step": 9000}]
+    left_over = {"step": 9000, "reporter": "mnist-chief-0", "reportedAt": stamp(4000), "advancedAt": stamp(100),
+                 "history": history}
+    assert stall.stalled(run, left_over, T0, at(4010)) == (None, 50.0)
+    # A status from before the field, its job hung across the upgrade: still judged, from the history.
+    before_the_field = {k: v for k, v in left_over.items() if k != "advancedAt"}
+    assert stall.stalled(run, before_the_field, T0, at(4061))[0] is not None
+
+
+def test_a_report_of_metrics_alone_is_no_step() -> None:
+    """A hung training's heartbeat (metrics, no step) keeps the stall clock where the step left it."""
+    before = {"step": 1500, "epoch": 3, "advancedAt": stamp(0)}
+    assert advanced_at({"metrics": {"loss": 0.2}, "reportedAt": stamp(50)}, before) == stamp(0)
+    spec = job(stallTimeoutSeconds=60)
+    state = ProgressState(training=Reported(Report(metrics={"loss": 0.2}), "mnist-chief-0", at(169)))
+    plan = step(spec, running(reported(1500, advanced=100)), 170, state)
+    assert plan.status["progress"]["advancedAt"] == stamp(100) and condition(plan) is not None
+
+
+def test_a_stall_found_keeps_its_words_until_it_ends() -> None:
+    """A derived timeout or the reporter's name may move while it stands: each would be a status write."""
+    status = running(reported(1500, advanced=100))
+    status["conditions"].append({"type": "Stalled", "status": "True", "reason": "Stalled", "message": "as found",
+                                 "lastTransitionTime": stamp(161)})
+    later = step(job(stallTimeoutSeconds=60), status, 300, book(1500, 100))
+    assert condition(later) == status["conditions"][-1] and not later.events

@@ -43,14 +43,17 @@ def run_policy_schema() -> Schema:
                                    "gets disttrain_progress and its zero-code Keras hook from an init container, "
                                    "whatever its image; false: the pods run their image as it is."},
             "stallTimeoutSeconds": int_field(
-                "Seconds a Running job's reported training step may stay the same before the job is Stalled (its "
-                "first step of each attempt gets three times as long). Unset: ten of the job's own intervals between "
-                "reports, and never under 10 minutes. A job that never reports is never Stalled.",
+                "Seconds a Running job's reported training step (or epoch) may stay the same before the job is "
+                "Stalled (each attempt's first step gets three times as long). Unset: three times the longest its step "
+                "stood before moving on (status.progress.history), never under 10 minutes, judged once two changes "
+                "are seen. A job that never reports a step or an epoch is never Stalled.",
                 minimum=defaults.MIN_STALL_TIMEOUT_SECONDS, maximum=defaults.MAX_STALL_TIMEOUT_SECONDS),
             "onStall": enum_field(
                 "What a Stalled job gets. Report: the Stalled condition, a Warning event and the "
                 "disttrain_job_stalled gauge. Restart: besides, the whole job is restarted (counted toward "
-                "backoffLimit), to resume from its last checkpoint.", [o.value for o in OnStall], defaults.ON_STALL),
+                "backoffLimit, whatever the replicas' restartPolicy; none left: Failed), resuming from the last "
+                "checkpoint its training saved (none is asked for first).", [o.value for o in OnStall],
+                defaults.ON_STALL),
             "scheduling": scheduling_schema(),
             "networkPolicy": immutable(network_policy_schema(), "runPolicy.networkPolicy"),
         },

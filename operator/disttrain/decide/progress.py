@@ -105,8 +105,10 @@ def advanced_at(fields: Mapping[str, Any], previous: Mapping[str, Any]) -> str:
     change is dated to the first report that finds it written differently: never earlier than it
     happened. A status from before the field (an operator upgrade) dates it to the latest report."""
     kept = previous.get("advancedAt")
-    if isinstance(kept, str) and (fields.get("epoch"), fields.get("step")) == (previous.get("epoch"),
-                                                                               previous.get("step")):
+    # The position the status will show: a report without a step (metrics alone, an epoch alone)
+    # leaves the one written before, as the merge in progress_status does; it is no change.
+    now = (fields.get("epoch", previous.get("epoch")), fields.get("step", previous.get("step")))
+    if isinstance(kept, str) and now == (previous.get("epoch"), previous.get("step")):
         return kept
     return str(fields["reportedAt"])
 

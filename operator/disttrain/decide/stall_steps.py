@@ -43,8 +43,7 @@ def judge(p: Pass) -> Judged:
     training = current or {}
     if p.phase is not Phase.RUNNING or p.stopping or p.job.status.get("checkpoint"):
         return Judged(None, training)  # a stop under way: the training is saving, not stepping
-    why, recheck = stall.stalled(p.spec.run_policy, current, running_since(p.job.status),
-                                 state.gap_seconds if state is not None else None, p.now)
+    why, recheck = stall.stalled(p.spec.run_policy, current, running_since(p.job.status), p.now)
     if recheck is not None:
         p.plan.requeue_within(recheck)
     return Judged(why, training)
@@ -70,11 +69,14 @@ def report(p: Pass, judged: Judged) -> None:
     # the same pass (succeeded, failed on a pod, evicted) outranks the stall.
     restarting = p.phase is Phase.RESTARTING and p.plan.status.get("reason") == Reason.TRAINING_STALLED
     if judged.why is not None and (p.phase is Phase.RUNNING or restarting):
-        action = ("runPolicy.onStall is Restart: the whole job restarts" if restarting
-                  else "runPolicy.onStall is Report: its pods are left running")
+        if stalled_before and not restarting:
+            return  # as first found: its words (a derived timeout, the reporter) never rewrite the status
+        report_only = p.spec.run_policy.on_stall is OnStall.REPORT
+        action = ("runPolicy.onStall is Report: its pods are left running" if report_only
+                  else "runPolicy.onStall is Restart: the whole job restarts")
         message = f"{judged.why}; {action}"
         p.plan.status["conditions"] = set_condition(conditions, CONDITION, True, Reason.STALLED, message, now)
-        if not stalled_before and not restarting:
+        if not stalled_before and report_only:  # a restart's own Warning event says it otherwise
             p.plan.events.append(Event("Warning", Reason.STALLED, message))
         return
     if not stalled_before:
@@ -85,7 +87,7 @@ def report(p: Pass, judged: Judged) -> None:
             conditions, CONDITION, False, str(p.plan.status.get("reason") or p.phase.value),
             f"the job is {p.phase.value}", now)
         return
-    advanced = parse_timestamp(judged.training.get("advancedAt"))
+    advanced = stall.still_since(judged.training)
     since = parse_timestamp(was.get("lastTransitionTime"))
     if advanced is not None and since is not None and advanced > since:
         where = stall.position(judged.training) or "a new step"
