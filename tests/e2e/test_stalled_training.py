@@ -26,7 +26,7 @@ from support import TIMED, Cluster, record_timing, wait_for
 pytestmark = pytest.mark.e2e
 JOB = "horovod-keras"
 PODS = {f"{JOB}-launcher", f"{JOB}-worker-0", f"{JOB}-worker-1"}
-STEPS, EPOCHS = 2400, 4  # 600 steps an epoch: a few seconds each here
+STEPS, EPOCHS = 4800, 4  # 1,200 steps an epoch: several seconds each here, for the freeze to land in
 # Long enough that neither an epoch's end (its save) nor a loaded machine's steps read as still (the
 # hook reports every 5 s), short enough for the suite: found about 25 s after the freeze. An
 # attempt's first step gets three of it (75 s): mpirun's start over SSH, TensorFlow's, the restore.

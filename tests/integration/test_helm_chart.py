@@ -132,11 +132,15 @@ def exported_metric_names() -> set[str]:
             if family.name.startswith("disttrain_") for suffix in suffixes.get(family.type, [""])}
 
 
+PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset", "on", "ignoring", "group_left", "group_right"}
+
+
 def metrics_in(expr: str) -> set[str]:
     """The metric names a PromQL expression reads: identifiers that are neither functions (before
-    a parenthesis) nor inside label matchers, groupings, ranges or strings."""
+    a parenthesis), keywords (`or vector(0)`), nor inside label matchers, groupings, ranges or strings."""
     stripped = re.sub(r'"[^"]*"|\{[^}]*\}|\[[^\]]*\]|\b(by|without)\s*\([^)]*\)', " ", expr)
-    return {name for name, call in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(\()?", stripped) if not call}
+    return {name for name, call in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(\()?", stripped)
+            if not call and name not in PROMQL_KEYWORDS}
 
 
 def test_dashboard_renders_valid_json_naming_only_exported_metrics() -> None:

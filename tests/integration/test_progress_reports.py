@@ -231,7 +231,7 @@ def test_a_training_whose_step_stands_still_is_stalled_then_restarted_and_resume
         def shows(step: int = step) -> bool:
             return progress_of(cluster, namespace, "frozen").get("step") == step
         wait_for(shows, 20, f"step {step} in the status")
-    advanced = progress_of(cluster, namespace, "frozen")["advancedAt"]
+    advanced = progress_of(cluster, namespace, "frozen")["advanced"]["at"]
     found = wait_for(lambda: (c := stalled_condition(cluster, namespace, "frozen")).get("status") == "True" and c,
                      40, "the Stalled condition")
     print(f"\nstalled: {found}")

@@ -18,7 +18,7 @@ from disttrain.builders.progress import ProgressEndpoint
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan
 from disttrain.decide.policies import stall
-from disttrain.decide.progress import ProgressState, Reported, advanced_at
+from disttrain.decide.progress import ProgressState, Reported
 from disttrain.decide.reconcile import reconcile
 from disttrain.runtime.job_gauges import sample
 from manifests import replica, tf_job
@@ -61,10 +61,14 @@ def running(progress: dict[str, Any] | None = None, **more: Any) -> dict[str, An
     return status
 
 
-def reported(step: int, advanced: float, last: float | None = None) -> dict[str, Any]:
-    """status.progress: at `step` since `advanced` seconds, last reported at `last`."""
+def reported(step: int, advanced: float, last: float | None = None, longest: float | None = None) -> dict[str, Any]:
+    """status.progress: at `step` since `advanced` seconds, last reported at `last`; `longest`: the
+    longest the job's position stood before (for a derived timeout)."""
+    record: dict[str, Any] = {"at": stamp(advanced), "step": step}
+    if longest is not None:
+        record["longestStillSeconds"] = longest
     return {"step": step, "totalSteps": 10_000, "reporter": "mnist-chief-0",
-            "reportedAt": stamp(advanced if last is None else last), "advancedAt": stamp(advanced)}
+            "reportedAt": stamp(advanced if last is None else last), "advanced": record}
 
 
 def book(step: int, seconds: float, gap: float | None = None) -> ProgressState:
@@ -85,80 +89,101 @@ def condition(plan: Plan) -> dict[str, Any] | None:
 # -- the rule ------------------------------------------------------------------------------------
 
 
-def points(*runs: tuple[int | None, int | None, float, float]) -> list[dict[str, Any]]:
-    """A history: for each (epoch, step, from, to), a point every 15 s from `from` to `to` seconds."""
-    out = []
-    for epoch, step_, start, end in runs:
-        t = start
-        while t <= end:
-            out.append({"at": stamp(t), **({"epoch": epoch} if epoch is not None else {}),
-                        **({"step": step_} if step_ is not None else {})})
-            t += 15
-    return out
+def record_of(progress: dict[str, Any]) -> dict[str, Any]:
+    return dict(progress["advanced"])
 
 
-def test_the_timeout_is_the_jobs_or_three_of_its_longest_wait_between_moves_and_never_under_ten_minutes() -> None:
+def test_the_timeout_is_the_jobs_or_three_of_its_longest_stand_and_never_under_ten_minutes() -> None:
     set_one = parse_spec(job(stallTimeoutSeconds=45)["spec"]).run_policy
     unset = parse_spec(job()["spec"]).run_policy
     assert (unset.stall_timeout_seconds, unset.on_stall) == (None, OnStall.REPORT)
-    steps = [{"at": stamp(15 * i), "step": 10 * i} for i in range(30)]  # every point a new step
-    assert stall.timeout_seconds(set_one, steps) == 45
-    assert stall.timeout_seconds(unset, steps) == 600
-    # Not known before the history shows two changes: not judged (an operator's floor would be a guess).
-    assert stall.timeout_seconds(unset, []) is None and stall.timeout_seconds(unset, steps[:1]) is None
-    # An epoch-end pause of 5 minutes seen before: three of it.
-    paused = points((1, 100, 0, 0), (1, 200, 15, 315), (2, 300, 330, 330))
-    assert stall.timeout_seconds(unset, paused) == 3 * 315
-    # Reporting epochs only, each 30 minutes: three epochs (the one standing now left out).
-    epochs = points((1, None, 0, 1800), (2, None, 1815, 3615), (3, None, 3630, 3700))
-    assert stall.timeout_seconds(unset, epochs) == 3 * 1815
-    # A step every 20 minutes, each its own report: an hour.
-    slow = [{"at": stamp(1200 * i), "step": i} for i in range(3)]
-    assert stall.timeout_seconds(unset, slow) == 3600
+    assert stall.timeout_seconds(set_one, None) == 45 and stall.timeout_seconds(set_one, 900) == 45
+    assert stall.timeout_seconds(unset, None) is None  # no move seen yet: its pace unknown, not judged
+    assert stall.timeout_seconds(unset, 5) == 600  # a report every 5 s: the floor
+    assert stall.timeout_seconds(unset, 300) == 900  # an epoch-end pause of 5 minutes: three of it
+    assert stall.timeout_seconds(unset, 1800) == 5400  # epochs only, 30 minutes each
 
 
 def test_a_job_that_never_reported_a_step_is_never_stalled() -> None:
     run = parse_spec(job(stallTimeoutSeconds=60)["spec"]).run_policy
-    assert stall.stalled(run, None, T0, at(10_000)) == (None, None)
-    metrics_only = {"metrics": {"loss": 0.3}, "reportedAt": stamp(5), "advancedAt": stamp(5)}
-    assert stall.stalled(run, metrics_only, T0, at(10_000)) == (None, None)
-
-
-def test_a_healthy_job_reporting_epochs_only_is_not_stalled_within_its_epoch() -> None:
-    """Reports every few seconds, an epoch every 30 minutes: ten minutes into an epoch is no stall."""
-    unset = parse_spec(job()["spec"]).run_policy
-    history = points((1, None, 0, 1800), (2, None, 1815, 2400))
-    progress = {"epoch": 2, "reportedAt": stamp(2400), "advancedAt": stamp(1815), "history": history}
-    assert stall.stalled(unset, progress, T0, at(1815 + 660)) == (None, 3 * 1815 - 660)
-    why, _ = stall.stalled(unset, progress, T0, at(1815 + 3 * 1815))
-    assert why is not None and "epoch 2 since" in why and "nothing new since" in why
+    assert stall.stalled(run, None, None, T0, at(10_000)) == (None, None)
+    metrics_only = {"metrics": {"loss": 0.3}, "reportedAt": stamp(5)}
+    assert stall.stalled(run, metrics_only, None, T0, at(10_000)) == (None, None)
 
 
 def test_a_step_still_past_the_timeout_is_stalled_and_the_message_names_it() -> None:
     run = parse_spec(job(stallTimeoutSeconds=60)["spec"]).run_policy
     progress = reported(1500, advanced=100, last=130)
-    assert stall.stalled(run, progress, T0, at(150)) == (None, 10.0)  # looked at again when it would be
-    why, recheck = stall.stalled(run, progress, T0, at(161))
+    assert stall.stalled(run, progress, record_of(progress), T0, at(150)) == (None, 10.0)  # looked at again then
+    why, recheck = stall.stalled(run, progress, record_of(progress), T0, at(161))
     assert recheck is None and why == (
         f"the training has reported step 1500 since {stamp(100)} (mnist-chief-0) and nothing new since: "
         "longer than runPolicy.stallTimeoutSeconds 60s")
 
 
-def test_an_attempts_first_step_gets_three_timeouts_from_its_pods_start() -> None:
-    """Graph building, compilation and a checkpoint's restore come before the first step."""
+def test_an_attempts_first_step_and_the_time_past_the_last_get_three_timeouts() -> None:
+    """Graph building, compilation and a restore come before the first step; an export, an upload
+    and the process group's teardown after the last."""
     run = parse_spec(job(stallTimeoutSeconds=60)["spec"]).run_policy
     before_the_restart = reported(1500, advanced=-900)
-    assert stall.stalled(run, before_the_restart, T0, at(179)) == (None, 1.0)
-    why, _ = stall.stalled(run, before_the_restart, T0, at(180))
+    assert stall.stalled(run, before_the_restart, record_of(before_the_restart), T0, at(179)) == (None, 1.0)
+    why, _ = stall.stalled(run, before_the_restart, record_of(before_the_restart), T0, at(180))
     assert why is not None and "no new step since its pods all ran" in why and "3 x runPolicy" in why
+    done = reported(10_000, advanced=100)
+    assert stall.stalled(run, done, record_of(done), T0, at(279)) == (None, 1.0)
+    why, _ = stall.stalled(run, done, record_of(done), T0, at(280))
+    assert why is not None and "reported its last step, step 10000" in why
 
 
-def test_a_step_that_changes_either_way_moves_advanced_at() -> None:
-    before = {"step": 1500, "epoch": 3, "advancedAt": stamp(0)}
-    assert advanced_at({"step": 1500, "epoch": 3, "reportedAt": stamp(50)}, before) == stamp(0)
-    assert advanced_at({"step": 1510, "epoch": 3, "reportedAt": stamp(50)}, before) == stamp(50)
-    assert advanced_at({"step": 1000, "epoch": 2, "reportedAt": stamp(50)}, before) == stamp(50)  # resumed
-    assert advanced_at({"step": 1500, "epoch": 3, "reportedAt": stamp(50)}, {"step": 1500}) == stamp(50)  # upgrade
+def advance(record: dict[str, Any] | None, before: dict[str, Any], now: dict[str, Any],
+            running_since: float = 0, timeout: int | None = None) -> dict[str, Any] | None:
+    run = parse_spec(job(**({"stallTimeoutSeconds": timeout} if timeout else {}))["spec"]).run_policy
+    return stall.advance(record, before, now, at(running_since), run)
+
+
+def test_the_record_moves_with_the_position_and_keeps_the_longest_stand_of_an_attempt() -> None:
+    shown = {"step": 1500, "epoch": 3, "reportedAt": stamp(40)}
+    record = {"at": stamp(0), "step": 1500, "epoch": 3, "longestStillSeconds": 20.0}
+    assert advance(record, shown, {**shown, "reportedAt": stamp(50)}) == record  # the same step: kept
+    moved = advance(record, shown, {"step": 1510, "epoch": 3, "reportedAt": stamp(50)})
+    assert moved == {"at": stamp(50), "step": 1510, "epoch": 3, "longestStillSeconds": 50.0}
+    back = advance(record, shown, {"step": 1000, "epoch": 2, "reportedAt": stamp(50)})  # resumed: a change
+    assert back is not None and back["at"] == stamp(50)
+    # Metrics alone: the status keeps the step it had (progress_status merges), so nothing moved.
+    assert advance(record, shown, {**shown, "metrics": {"loss": 0.1}, "reportedAt": stamp(60)}) == record
+
+
+def test_a_stand_across_a_restart_or_past_the_timeout_is_no_pace() -> None:
+    shown = {"step": 1500, "reportedAt": stamp(40)}
+    record = {"at": stamp(0), "step": 1500, "longestStillSeconds": 20.0}
+    across = advance(record, shown, {"step": 1000, "reportedAt": stamp(500)}, running_since=400)
+    assert across is not None and across["longestStillSeconds"] == 20.0  # it began before this attempt ran
+    recovered = advance(record, shown, {"step": 1510, "reportedAt": stamp(5000)})  # a stall of 5000 s
+    assert recovered is not None and recovered["longestStillSeconds"] == 20.0  # past the 600 s then in force
+
+
+def test_a_record_of_another_step_is_dropped_and_the_latest_report_dates_the_step() -> None:
+    """An operator rolled back kept the record and moved the step; forward again, it is not trusted."""
+    shown = {"step": 9000, "reportedAt": stamp(4000)}
+    left_over = {"at": stamp(100), "step": 1500, "longestStillSeconds": 20.0}
+    assert advance(left_over, shown, shown) == {"at": stamp(4000), "step": 9000}
+    assert advance(None, shown, shown) == {"at": stamp(4000), "step": 9000}  # a status from before the record
+
+
+def test_a_day_of_healthy_steps_keeps_the_timeout_at_its_floor_and_a_hang_is_found() -> None:
+    """The history is thinned as it grows (its old points hours apart): the record is not read from it."""
+    run = parse_spec(job()["spec"]).run_policy
+    before: dict[str, Any] = {}
+    record = None
+    for i in range(24 * 240):  # a new step every 15 s for a day
+        now = {"step": i, "reportedAt": stamp(15 * i)}
+        record = stall.advance(record, before, now, T0, run)
+        before = now
+    assert record is not None and record["longestStillSeconds"] == 15.0
+    progress = {**before, "reporter": "mnist-chief-0"}
+    last = 15 * (24 * 240 - 1)
+    assert stall.stalled(run, progress, record, T0, at(last + 599))[0] is None
+    assert stall.stalled(run, progress, record, T0, at(last + 600))[0] is not None
 
 
 # -- the steps -----------------------------------------------------------------------------------
@@ -249,35 +274,6 @@ def test_a_stall_left_running_is_no_restart_in_the_metrics() -> None:
     from disttrain.decide.reasons import RESTARTS, Reason
 
     assert Reason.STALLED not in RESTARTS and Reason.TRAINING_STALLED in RESTARTS
-
-
-def test_a_training_past_its_last_step_is_not_stalled() -> None:
-    """A model's export or upload after the last step reports nothing."""
-    run = parse_spec(job(stallTimeoutSeconds=60)["spec"]).run_policy
-    done = {**reported(10_000, advanced=100), "totalSteps": 10_000}
-    assert stall.stalled(run, done, T0, at(100_000)) == (None, None)
-
-
-def test_an_advanced_at_left_from_another_step_is_not_trusted() -> None:
-    """An operator rolled back kept the field and moved the step; forward again, the history dates it."""
-    run = parse_spec(job(stallTimeoutSeconds=60)["spec"]).run_policy
-    history = [{"at": stamp(100), "step": 1500}, {"at": stamp(4000), "step": 9000}]
-    left_over = {"step": 9000, "reporter": "mnist-chief-0", "reportedAt": stamp(4000), "advancedAt": stamp(100),
-                 "history": history}
-    assert stall.stalled(run, left_over, T0, at(4010)) == (None, 50.0)
-    # A status from before the field, its job hung across the upgrade: still judged, from the history.
-    before_the_field = {k: v for k, v in left_over.items() if k != "advancedAt"}
-    assert stall.stalled(run, before_the_field, T0, at(4061))[0] is not None
-
-
-def test_a_report_of_metrics_alone_is_no_step() -> None:
-    """A hung training's heartbeat (metrics, no step) keeps the stall clock where the step left it."""
-    before = {"step": 1500, "epoch": 3, "advancedAt": stamp(0)}
-    assert advanced_at({"metrics": {"loss": 0.2}, "reportedAt": stamp(50)}, before) == stamp(0)
-    spec = job(stallTimeoutSeconds=60)
-    state = ProgressState(training=Reported(Report(metrics={"loss": 0.2}), "mnist-chief-0", at(169)))
-    plan = step(spec, running(reported(1500, advanced=100)), 170, state)
-    assert plan.status["progress"]["advancedAt"] == stamp(100) and condition(plan) is not None
 
 
 def test_a_stall_found_keeps_its_words_until_it_ends() -> None:

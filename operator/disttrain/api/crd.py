@@ -22,7 +22,7 @@ from disttrain.api.constants import (
 )
 from disttrain.api.crd_checkpoint import checkpoint_status_schema, last_checkpoint_schema
 from disttrain.api.crd_restarts import CLAIMED_GPUS_SCHEMA, DELETED_PODS, PREVIOUS_PODS
-from disttrain.api.crd_run_policy import gang_size_rule, run_policy_schema
+from disttrain.api.crd_run_policy import advanced_schema, gang_size_rule, run_policy_schema
 from disttrain.api.crd_size import size_rules
 from disttrain.api.crd_spec import (
     FlowMapping,
@@ -132,11 +132,9 @@ def progress_status_schema() -> Schema:
         return {"type": "integer", "format": "int64", "minimum": 0, "description": what}
     metric_map: Schema = {"type": "object", "description": "Metrics by name, as reported (at most 16).",
                           "additionalProperties": {"type": "number"}}
-    reported = {
-        "epoch": count("Epochs done."), "step": count("Steps done, over the whole training."),
-        "metrics": metric_map, "reporter": string_field("The pod that reported."),
-        "reportedAt": string_field("When it reported (the operator's clock).", format="date-time"),
-    }
+    reported = {"epoch": count("Epochs done."), "step": count("Steps done, over the whole training."),
+                "metrics": metric_map, "reporter": string_field("The pod that reported."),
+                "reportedAt": string_field("When it reported (the operator's clock).", format="date-time")}
     return {
         "type": "object",
         "description": "What the job's pods reported of their training (docs/api.md, Progress): the chief's (or "
@@ -149,7 +147,7 @@ def progress_status_schema() -> Schema:
                                  minimum=0, maximum=100),
             "remainingSeconds": count("Seconds left at the recent rate."),
             "eta": string_field("Time left at the recent rate (7m12s), or stale."),
-            "advancedAt": string_field("When the step or epoch reported last changed (stalls).", format="date-time"),
+            "advanced": advanced_schema(),
             "stale": {"type": "boolean", "description": "True while a Running job's reporter has been silent too "
                                                         "long (5 minutes, or three of its usual intervals)."},
             "evaluation": {"type": "object", "description": "The evaluator's latest report.", "properties": reported},

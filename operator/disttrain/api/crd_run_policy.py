@@ -42,22 +42,41 @@ def run_policy_schema() -> Schema:
                                    "true: where the operator has a hook image (the chart's default), every pod "
                                    "gets disttrain_progress and its zero-code Keras hook from an init container, "
                                    "whatever its image; false: the pods run their image as it is."},
-            "stallTimeoutSeconds": int_field(
-                "Seconds a Running job's reported training step (or epoch) may stay the same before the job is "
-                "Stalled (each attempt's first step gets three times as long). Unset: three times the longest its step "
-                "stood before moving on (status.progress.history), never under 10 minutes, judged once two changes "
-                "are seen. A job that never reports a step or an epoch is never Stalled.",
-                minimum=defaults.MIN_STALL_TIMEOUT_SECONDS, maximum=defaults.MAX_STALL_TIMEOUT_SECONDS),
-            "onStall": enum_field(
-                "What a Stalled job gets. Report: the Stalled condition, a Warning event and the "
-                "disttrain_job_stalled gauge. Restart: besides, the whole job is restarted (counted toward "
-                "backoffLimit, whatever the replicas' restartPolicy; none left: Failed), resuming from the last "
-                "checkpoint its training saved (none is asked for first).", [o.value for o in OnStall],
-                defaults.ON_STALL),
+            **stall_schema(),
             "scheduling": scheduling_schema(),
             "networkPolicy": immutable(network_policy_schema(), "runPolicy.networkPolicy"),
         },
     }
+
+
+def stall_schema() -> Schema:
+    """runPolicy.stallTimeoutSeconds and onStall (decide/policies/stall.py)."""
+    return {
+        "stallTimeoutSeconds": int_field(
+            "Seconds a Running job's reported training step (or epoch) may stay the same before the job is "
+            "Stalled (each attempt's first step, and the time past the last, get three times as long). Unset: three "
+            "times the longest its step stood before moving on within an attempt (status.progress.advanced), "
+            "never under 10 minutes, judged once the step has moved. A job that never reports a step or an "
+            "epoch is never Stalled.",
+            minimum=defaults.MIN_STALL_TIMEOUT_SECONDS, maximum=defaults.MAX_STALL_TIMEOUT_SECONDS),
+        "onStall": enum_field(
+            "What a Stalled job gets. Report: the Stalled condition, a Warning event and the "
+            "disttrain_job_stalled gauge. Restart: besides, the whole job is restarted (counted toward "
+            "backoffLimit, whatever the replicas' restartPolicy; none left: Failed), resuming from the last "
+            "checkpoint its training saved (none is asked for first).", [o.value for o in OnStall],
+            defaults.ON_STALL),
+    }
+
+
+def advanced_schema() -> Schema:
+    """status.progress.advanced: what a stall is judged by (decide/policies/stall.py advance)."""
+    def count(what: str) -> Schema:
+        return {"type": "integer", "format": "int64", "minimum": 0, "description": what}
+    return {"type": "object", "description": "The step or epoch reported last changed to, and since when (stalls).",
+            "properties": {"at": string_field("Since when.", format="date-time"), "epoch": count("Its epoch."),
+                           "step": count("Its step."), "longestStillSeconds": {
+                               "type": "number", "description": "The longest a position stood before moving on "
+                                                                "within one attempt: the job's pace."}}}
 
 
 def network_policy_schema() -> Schema:

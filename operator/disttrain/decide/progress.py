@@ -11,8 +11,8 @@ from it: nothing but the latest report needs remembering.
   what is left; none while the rate is unknown, once stale, or once the job has finished;
 - stale: a Running job whose training reporter has been silent for STALE_SECONDS, or three of
   its usual intervals between reports if longer: its ETA reads `stale`;
-- advancedAt: when the reported step or epoch last changed, which a stall is judged by
-  (decide/policies/stall.py);
+- advanced: when the reported step or epoch last changed, which a stall is judged by (kept by
+  decide/stall_steps.py, carried here as any field of the status written before);
 - history: a point per status write with a newer report, at most MAX_HISTORY; past that the older
   half is thinned (every other point dropped), so it always spans the whole training.
 """
@@ -91,26 +91,10 @@ def training_fields(reported: Reported, previous: Mapping[str, Any]) -> dict[str
     fields["metrics"] = dict(report.metrics)
     fields["reporter"] = reported.reporter
     fields["reportedAt"] = timestamp(reported.at)
-    fields["advancedAt"] = advanced_at(fields, previous)
     point = {k: v for k, v in (("at", fields["reportedAt"]), ("epoch", report.epoch), ("step", report.step),
                                ("metrics", dict(report.metrics))) if v is not None}
     fields["history"] = with_point(list(previous.get("history") or ()), point)
     return fields
-
-
-def advanced_at(fields: Mapping[str, Any], previous: Mapping[str, Any]) -> str:
-    """When the reported step (or epoch) last changed: the report's time when it differs from the
-    status written before (going back counts: a restart resumed at its checkpoint), else as that
-    status said. Read against the status last written, at most one status interval old (15 s), a
-    change is dated to the first report that finds it written differently: never earlier than it
-    happened. A status from before the field (an operator upgrade) dates it to the latest report."""
-    kept = previous.get("advancedAt")
-    # The position the status will show: a report without a step (metrics alone, an epoch alone)
-    # leaves the one written before, as the merge in progress_status does; it is no change.
-    now = (fields.get("epoch", previous.get("epoch")), fields.get("step", previous.get("step")))
-    if isinstance(kept, str) and now == (previous.get("epoch"), previous.get("step")):
-        return kept
-    return str(fields["reportedAt"])
 
 
 def evaluation_fields(reported: Reported) -> dict[str, Any]:

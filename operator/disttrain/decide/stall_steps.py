@@ -30,23 +30,24 @@ LEFT_FOR = (Phase.SUSPENDED, Phase.QUEUED, *FINISHED)  # the condition ends with
 @dataclass(frozen=True)
 class Judged:
     why: str | None  # the job is stalled, and why; None: it is not (or can't be told)
-    training: Mapping[str, Any]  # status.progress as this pass reads it (the latest report in)
+    record: Mapping[str, Any] | None  # status.progress.advanced for this pass (policies/stall.py advance)
 
 
-NOT_JUDGED = Judged(None, {})  # a job finished or suspended: only its condition's end is reported
+NOT_JUDGED = Judged(None, None)  # a job finished or suspended: only its condition's end is reported
 
 
 def judge(p: Pass) -> Judged:
     """Before the ladder: whether the job is stalled now; a look again when it would be."""
-    state = p.job.progress
-    current, _ = progress.progress_status(state, p.job.status.get("progress"), p.phase, p.now)
-    training = current or {}
+    before = p.job.status.get("progress") or {}
+    current, _ = progress.progress_status(p.job.progress, before, p.phase, p.now)
+    since = running_since(p.job.status)
+    record = stall.advance(before.get("advanced"), before, current or {}, since, p.spec.run_policy)
     if p.phase is not Phase.RUNNING or p.stopping or p.job.status.get("checkpoint"):
-        return Judged(None, training)  # a stop under way: the training is saving, not stepping
-    why, recheck = stall.stalled(p.spec.run_policy, current, running_since(p.job.status), p.now)
+        return Judged(None, record)  # a stop under way: the training is saving, not stepping
+    why, recheck = stall.stalled(p.spec.run_policy, current, record, since, p.now)
     if recheck is not None:
         p.plan.requeue_within(recheck)
-    return Judged(why, training)
+    return Judged(why, record)
 
 
 def restart_decision(p: Pass, judged: Judged) -> failure.Restart | None:
@@ -60,7 +61,11 @@ def restart_decision(p: Pass, judged: Judged) -> failure.Restart | None:
 
 
 def report(p: Pass, judged: Judged) -> None:
-    """After the ladder: the condition, and the event for a job that is left running."""
+    """After the ladder and the progress: the record, the condition, and the event for a job that
+    is left running."""
+    found = p.plan.status.get("progress")
+    if judged.record is not None and isinstance(found, dict):
+        p.plan.status["progress"] = {**found, "advanced": dict(judged.record)}
     conditions = list(p.plan.status.get("conditions") or [])
     was = next((c for c in conditions if c.get("type") == CONDITION), None)
     stalled_before = was is not None and was.get("status") == "True"
@@ -87,10 +92,11 @@ def report(p: Pass, judged: Judged) -> None:
             conditions, CONDITION, False, str(p.plan.status.get("reason") or p.phase.value),
             f"the job is {p.phase.value}", now)
         return
-    advanced = stall.still_since(judged.training)
+    record = judged.record or {}
+    advanced = parse_timestamp(record.get("at"))
     since = parse_timestamp(was.get("lastTransitionTime"))
     if advanced is not None and since is not None and advanced > since:
-        where = stall.position(judged.training) or "a new step"
+        where = stall.position(record) or "a new step"
         p.plan.status["conditions"] = set_condition(
             conditions, CONDITION, False, Reason.TRAINING_ADVANCED,
             f"the training reported {where} at {timestamp(advanced)}", now)

@@ -3,38 +3,38 @@
 A collective that never returns (a peer frozen mid-all-reduce, a NCCL or Gloo deadlock), a data
 loader stuck on a mount: every pod stays Running, every GPU stays allocated, and Kubernetes sees
 nothing wrong. What does see it is the training's own report (decide/progress.py): its step stops
-moving. `status.progress.advancedAt` says when the reported step (or epoch) last changed (checked
-against the history, `still_since`); this rule reads it against the clock.
+moving. `status.progress.advanced` records when the reported position (epoch, step) was first seen,
+which position that was, and the longest a position has stood before moving on (`advance`); this
+rule reads it against the clock.
 
 The rule, for a job in phase Running:
 - a job whose training never reported a step or an epoch is never stalled: there is nothing to
   judge it by (no hook, or a script that reports metrics only);
 - the timeout is runPolicy.stallTimeoutSeconds, or, unset, STILL_FACTOR times the longest the
-  job's reported position has stood before changing (its history), never under FLOOR_SECONDS
-  (below); unset and not yet known (its history shows fewer than two changes), not judged;
+  job's position has stood before moving on, within one attempt and never past the timeout then in
+  force (a stall recovered from is no pace), never under FLOOR_SECONDS; unset and not yet known
+  (no move seen within an attempt), not judged;
 - the attempt's first new step gets FIRST_STEP_FACTOR timeouts, counted from when its pods all
   ran (the Running condition's time): graph building, XLA compilation, a dataset's first shuffle
-  buffer and a checkpoint's restore all come before it, and are each many steps long;
+  buffer and a checkpoint's restore all come before it, and are each many steps long; so does a
+  training past its last reported step (an export, a last evaluation, an upload, a hang in the
+  teardown of its process group);
 - after that, the step may stand still one timeout from when it last changed.
 
 Not judged: a job stopping on purpose (a checkpoint requested before a suspend, an eviction or a
-drain, decide/checkpoint_steps.py: its training is saving, not stepping), a training that has
-reported its last step (its export or upload after it reports none), and any phase but Running
-(queued, pending, restarting, suspended, finished). A step that goes back (a restart resumed at
-its checkpoint) counts as a change: it is this attempt moving.
+drain, decide/checkpoint_steps.py: its training is saving, not stepping), and any phase but Running
+(queued, pending, restarting, suspended, finished). A step that goes back (a restart resumed at its
+checkpoint) counts as a change: it is this attempt moving.
 
-Why the job's own pace, three times, and ten minutes: what a healthy job looks like is its own
-history (`status.progress.history`, a point per status write with a new report, each with its step
-and epoch). The time from one change of position to the next is how long it stands between
-moves: a status interval for a job reporting each step, longer at an epoch's end (its evaluation
-and checkpoint), a whole epoch for a job reporting epochs only, twenty minutes for one reporting a
-step every twenty. The longest of those is the longest it has stood and come back; the position
-standing now is left out (counted, a stall would lengthen its own timeout). Three times leaves room
-for a pause longer than any before; thinning the history (past 40 points) can only lengthen the
-intervals, so the timeout errs long. The floor: a
-checkpoint of a large model to object storage, or an evaluation pass, takes minutes with no step
-reported, and ten minutes is the watchdog NCCL's users know (PyTorch's default collective
-timeout). The history is in the status, so an operator restarted derives the same timeout.
+Why the job's own pace, three times, and ten minutes: what a healthy job looks like is how long its
+position stands between moves: a report interval for a job reporting each step, longer at an
+epoch's end (its evaluation and checkpoint), a whole epoch for a job reporting epochs only. Three
+times the longest seen leaves room for a pause longer than any before. Kept as a running maximum
+in the status, not read from `status.progress.history`: that is thinned as it grows, and its old
+points end up hours apart. The floor: a checkpoint of a large model to object storage, or an
+evaluation pass, takes minutes with no step reported, and ten minutes is the watchdog NCCL's users
+know (PyTorch's default collective timeout). The record is in the status, so an operator restarted
+derives the same timeout.
 
 Who can move this: only the job's own training reporter (the endpoint checks the token's pod
 against the job and its role, docs/api.md). It can make its own job read as stalled (reporting
@@ -45,8 +45,7 @@ backoffLimit. No other job's pods, and no other namespace's, can touch it.
 from __future__ import annotations
 
 import datetime
-import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from disttrain.api.spec import RunPolicy
@@ -57,42 +56,49 @@ STILL_FACTOR = 3
 FIRST_STEP_FACTOR = 3
 
 
-def timeout_seconds(run: RunPolicy, history: Sequence[Mapping[str, Any]]) -> float | None:
-    """How long the reported step may stand still: the job's own setting, else derived from its
-    history; None while that can't be told (fewer than two changes seen)."""
+def position_of(progress: Mapping[str, Any]) -> tuple[Any, Any]:
+    return progress.get("epoch"), progress.get("step")
+
+
+def advance(record: Mapping[str, Any] | None, shown_before: Mapping[str, Any], current: Mapping[str, Any],
+            running_since: datetime.datetime | None, run: RunPolicy) -> dict[str, Any] | None:
+    """`status.progress.advanced` for the progress `current` shows, from the record the status held
+    (`record`, written with `shown_before`): kept while the position stands; on a change, dated by the
+    report that shows it (never earlier than the change: the status it is compared with is at most an
+    interval old), and the stand that ended counted toward `longestStillSeconds` when it was all this
+    attempt's Running and no stall (no longer than the timeout then in force). A record that dates
+    another position than the status showed (an operator rolled back, which kept it and moved the
+    step) is dropped, and the latest report dates the position: later than it was, never earlier."""
+    now_at = parse_timestamp(current.get("reportedAt"))
+    where = position_of(current)
+    if now_at is None or where == (None, None):
+        return None
+    old = dict(record or {})
+    since = parse_timestamp(old.get("at"))
+    valid = since is not None and (old.get("epoch"), old.get("step")) == position_of(shown_before)
+    if valid and where == position_of(shown_before):
+        return old
+    longest = float(old.get("longestStillSeconds") or 0.0) if valid else 0.0
+    if valid and since is not None and running_since is not None and since >= running_since:
+        stood = (now_at - since).total_seconds()
+        limit = timeout_seconds(run, longest if longest > 0 else None)
+        if limit is None or stood <= limit:
+            longest = max(longest, stood)
+    out: dict[str, Any] = {"at": timestamp(now_at), "epoch": where[0], "step": where[1]}
+    out = {k: v for k, v in out.items() if v is not None}
+    if longest > 0:
+        out["longestStillSeconds"] = round(longest, 1)
+    return out
+
+
+def timeout_seconds(run: RunPolicy, longest_still: float | None) -> float | None:
+    """How long the reported step may stand still: the job's own setting, else derived from the
+    longest it has stood before; None while that can't be told."""
     if run.stall_timeout_seconds is not None:
         return float(run.stall_timeout_seconds)
-    starts = run_starts(history)
-    if len(starts) < 2:
+    if not longest_still:
         return None
-    # The current run (the one a stall would be) is left out: counted, a stall would lengthen its own timeout.
-    longest = max((later - earlier).total_seconds() for earlier, later in itertools.pairwise(starts))
-    return max(FLOOR_SECONDS, STILL_FACTOR * longest)
-
-
-def run_starts(history: Sequence[Mapping[str, Any]]) -> list[datetime.datetime]:
-    """When each run of history points at one (epoch, step) began: the times the position changed. A
-    point without a step or an epoch (metrics alone) keeps the one before, as the status does."""
-    starts: list[datetime.datetime] = []
-    last: tuple[Any, Any] = (None, None)
-    for point in history:
-        at = parse_timestamp(point.get("at"))
-        where = (point.get("epoch", last[0]), point.get("step", last[1]))
-        if at is not None and where != (None, None) and (not starts or where != last):
-            starts.append(at)
-        last = where
-    return starts
-
-
-def still_since(progress: Mapping[str, Any]) -> datetime.datetime | None:
-    """Since when the reported position has stood: `advancedAt`, but never before the history's last
-    run began (an `advancedAt` left from another step: an operator rolled back, which kept the field
-    and moved the step, then forward again), nor missing where the history or `reportedAt` dates it
-    (a status written before the field: an operator upgraded under a hung job)."""
-    found = run_starts(progress.get("history") or ())[-1:]
-    if (advanced := parse_timestamp(progress.get("advancedAt"))) is not None:
-        found.append(advanced)
-    return max(found) if found else parse_timestamp(progress.get("reportedAt"))
+    return max(FLOOR_SECONDS, STILL_FACTOR * longest_still)
 
 
 def position(progress: Mapping[str, Any]) -> str | None:
@@ -104,36 +110,41 @@ def position(progress: Mapping[str, Any]) -> str | None:
 
 
 def finished_steps(progress: Mapping[str, Any]) -> bool:
-    """Every step (or epoch) of the training reported done: what comes after (a model's export, a
-    last evaluation, an upload) reports no step, and is no stall."""
+    """Every step (or epoch) of the training reported done."""
     for done, total in (("step", "totalSteps"), ("epoch", "totalEpochs")):
         if progress.get(done) is not None and progress.get(total):
             return bool(progress[done] >= progress[total])
     return False
 
 
-def stalled(run: RunPolicy, progress: Mapping[str, Any] | None, running_since: datetime.datetime | None,
-            now: datetime.datetime) -> tuple[str | None, float | None]:
+def stalled(run: RunPolicy, progress: Mapping[str, Any] | None, record: Mapping[str, Any] | None,
+            running_since: datetime.datetime | None, now: datetime.datetime) -> tuple[str | None, float | None]:
     """For a Running job, not stopping on purpose: (why it is stalled, None), or (None, seconds until
-    it would be: to look again then), or (None, None) when it can't be judged."""
+    it would be: to look again then), or (None, None) when it can't be judged. `record`: this pass's
+    `status.progress.advanced` (`advance`)."""
     where = position(progress or {})
-    if progress is None or where is None or running_since is None or finished_steps(progress):
+    advanced = parse_timestamp((record or {}).get("at"))
+    if progress is None or where is None or advanced is None or running_since is None:
         return None, None
-    advanced, timeout = still_since(progress), timeout_seconds(run, progress.get("history") or ())
-    if advanced is None or timeout is None:
+    timeout = timeout_seconds(run, (record or {}).get("longestStillSeconds"))
+    if timeout is None:
         return None, None
     rule = (f"runPolicy.stallTimeoutSeconds {run.stall_timeout_seconds}s" if run.stall_timeout_seconds is not None
-            else f"the stall timeout derived from its history: {timeout:.0f}s")
+            else f"the stall timeout derived from its pace: {timeout:.0f}s")
     reporter = progress.get("reporter") or "its training reporter"
-    if advanced >= running_since:
-        since, allowed = advanced, timeout
-        what = f"the training has reported {where} since {timestamp(advanced)} ({reporter}) and nothing new since"
-        limit = rule
-    else:
+    if advanced < running_since:
         since, allowed = running_since, FIRST_STEP_FACTOR * timeout
         what = (f"the training has reported no new step since its pods all ran at {timestamp(running_since)} "
                 f"(the last: {where} at {timestamp(advanced)})")
         limit = f"{FIRST_STEP_FACTOR} x {rule} for an attempt's first step"
+    elif finished_steps(progress):
+        since, allowed = advanced, FIRST_STEP_FACTOR * timeout
+        what = f"the training reported its last step, {where}, at {timestamp(advanced)} ({reporter}) and has not ended"
+        limit = f"{FIRST_STEP_FACTOR} x {rule} after the last step"
+    else:
+        since, allowed = advanced, timeout
+        what = f"the training has reported {where} since {timestamp(advanced)} ({reporter}) and nothing new since"
+        limit = rule
     still = (now - since).total_seconds()
     if still < allowed:
         return None, allowed - still
