@@ -57,6 +57,15 @@ def parse_timestamp(value: str | None) -> datetime.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
 
 
+def true_since(status: Mapping[str, Any], ctype: str) -> datetime.datetime | None:
+    """When the status's condition `ctype` turned True; None unless it is True (its time is then
+    when it turned False) or its time can't be read."""
+    found = next((c for c in status.get("conditions") or [] if c.get("type") == ctype), None)
+    if found is None or found.get("status") != "True":
+        return None
+    return parse_timestamp(found.get("lastTransitionTime"))
+
+
 def replica_statuses(spec: JobSpec, pods: Iterable[ObservedPod]) -> dict[str, dict[str, int]]:
     counts = {rtype: {"active": 0, "ready": 0, "succeeded": 0, "failed": 0} for rtype in spec.replicas}
     for pod in pods:

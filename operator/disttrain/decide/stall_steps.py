@@ -10,13 +10,12 @@ One status write at each edge, none between; the event comes with the edge to Tr
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from disttrain.api.spec import OnStall
-from disttrain.api.status import FINISHED, Phase, parse_timestamp, set_condition, timestamp
+from disttrain.api.status import FINISHED, Phase, parse_timestamp, set_condition, timestamp, true_since
 from disttrain.decide import progress
 from disttrain.decide.passes import Pass
 from disttrain.decide.plan import Event
@@ -40,7 +39,7 @@ def judge(p: Pass) -> Judged:
     """Before the ladder: whether the job is stalled now; a look again when it would be."""
     before = p.job.status.get("progress") or {}
     current, _ = progress.progress_status(p.job.progress, before, p.phase, p.now)
-    since = running_since(p.job.status)
+    since = true_since(p.job.status, Phase.RUNNING.value)  # when its pods last all ran
     record = stall.advance(before.get("advanced"), before, current or {}, since, p.spec.run_policy)
     if p.phase is not Phase.RUNNING or p.stopping or p.job.status.get("checkpoint"):
         return Judged(None, record)  # a stop under way: the training is saving, not stepping
@@ -101,10 +100,3 @@ def report(p: Pass, judged: Judged) -> None:
             conditions, CONDITION, False, Reason.TRAINING_ADVANCED,
             f"the training reported {where} at {timestamp(advanced)}", now)
 
-
-def running_since(status: Mapping[str, Any]) -> datetime.datetime | None:
-    """When the job's pods last all ran (its Running condition turned True); None unless it is True."""
-    running = next((c for c in status.get("conditions") or [] if c.get("type") == Phase.RUNNING.value), None)
-    if running is None or running.get("status") != "True":
-        return None
-    return parse_timestamp(running.get("lastTransitionTime"))

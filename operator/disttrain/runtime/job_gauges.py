@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from disttrain.api.parse import SpecError, parse_spec
 from disttrain.api.progress import MAX_METRICS, Report
-from disttrain.api.status import Phase, parse_timestamp
+from disttrain.api.status import Phase, parse_timestamp, true_since
 
 LABELS = ("job_namespace", "job_name")
 
@@ -58,9 +58,7 @@ def sample(job: Mapping[str, Any]) -> JobSample:
 def seconds_to_running(meta: Mapping[str, Any], status: Mapping[str, Any]) -> float | None:
     """From the job's creation to its Running condition turning True (every pod running); None
     while it is not True: the condition's time is then when it turned False."""
-    running = next((c for c in status.get("conditions") or [] if c.get("type") == Phase.RUNNING.value), None)
-    created = parse_timestamp(meta.get("creationTimestamp"))
-    since = parse_timestamp(running.get("lastTransitionTime")) if running and running.get("status") == "True" else None
+    created, since = parse_timestamp(meta.get("creationTimestamp")), true_since(status, Phase.RUNNING.value)
     if created is None or since is None:
         return None
     return max(0.0, (since - created).total_seconds())

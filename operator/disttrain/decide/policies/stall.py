@@ -50,6 +50,7 @@ from typing import Any
 
 from disttrain.api.spec import RunPolicy
 from disttrain.api.status import parse_timestamp, timestamp
+from disttrain.decide.progress import fraction_of
 
 FLOOR_SECONDS = 600.0
 STILL_FACTOR = 3
@@ -110,11 +111,8 @@ def position(progress: Mapping[str, Any]) -> str | None:
 
 
 def finished_steps(progress: Mapping[str, Any]) -> bool:
-    """Every step (or epoch) of the training reported done."""
-    for done, total in (("step", "totalSteps"), ("epoch", "totalEpochs")):
-        if progress.get(done) is not None and progress.get(total):
-            return bool(progress[done] >= progress[total])
-    return False
+    """Every step (or epoch) of the training reported done: its percent's fraction (steps, else epochs) at 1."""
+    return fraction_of(progress, progress) == 1.0
 
 
 def stalled(run: RunPolicy, progress: Mapping[str, Any] | None, record: Mapping[str, Any] | None,
