@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 import disttrain_progress
-from disttrain.api.status import parse_timestamp
+from disttrain.api.times import parse_timestamp
 from manifests import mwms_job
 from progress_support import AUDIENCE, operator_args, pod_token, post_report, progress_volume
 from support import (

@@ -68,3 +68,22 @@ def test_disttrain_progress_draws_where_it_is_and_a_curve_per_metric() -> None:
     assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█" and sparkline([2, 2]) == "▁▁"
     assert draw({"metadata": {"name": "new"}, "status": {}}, now) == [
         "new  (no phase yet)  no progress reported yet (its pods report with disttrain_progress)"]
+
+
+def test_disttrain_progress_shows_where_the_gpu_hours_went_and_a_stall() -> None:
+    import datetime
+
+    from disttrain.client.usage import usage_lines
+
+    now = datetime.datetime(2026, 11, 29, 12, 0, 30, tzinfo=datetime.UTC)
+    status = {"conditions": [{"type": "Stalled", "status": "True", "lastTransitionTime": "2026-11-29T12:00:00Z",
+                              "message": "the training has reported step 50 since 11:58"}],
+              "usage": {"resource": "nvidia.com/gpu", "allocatedSeconds": 7200.0, "goodputPercent": 75,
+                        "countedAt": "2026-11-29T12:00:18Z",
+                        "seconds": {"training": 5400.0, "redone": 720.0, "waiting": 360.0, "stalled": 720.0}}}
+    assert usage_lines(status, now) == [
+        "  Stalled (30s ago): the training has reported step 50 since 11:58",
+        "  GPU-hours 2.00, goodput 75% (counted 12s ago): training 75%  redone 10%  waiting 5%  stalled 10%"]
+    assert usage_lines({"usage": {"resource": "cpu", "seconds": {}, "allocatedSeconds": 0}}, now) == [
+        "  CPU core-hours 0.00 (counted ?)"]
+    assert usage_lines({"usage": "junk"}, now) == []

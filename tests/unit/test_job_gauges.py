@@ -124,3 +124,16 @@ def test_a_reporter_sending_new_names_keeps_at_most_16_series_a_role() -> None:
     assert {s.labels["metric"] for s in metric if s.labels["role"] == "evaluation"} == {"acc"}
     assert {s.labels["metric"]: s.value for s in metric if s.labels["role"] == "training"}["m0_3"] == 7.0, \
         "the kept names still move"
+
+
+def test_a_jobs_usage_is_a_counter_per_use_it_has_as_last_counted() -> None:
+    registry = CollectorRegistry()
+    gauges = JobGauges(registry)
+    counted = {"resource": "nvidia.com/gpu", "seconds": {"training": 480.0, "waiting": 64.0, "bogus": 1, "redone": "x"}}
+    gauges.observe("MODIFIED", body(mwms_job("m"), **RUNNING, usage=counted))
+    found = {(s.name, s.labels["use"], s.labels["resource"]): s.value for metric in registry.collect()
+             for s in metric.samples if s.name.startswith("disttrain_job_usage_seconds")}
+    assert found == {("disttrain_job_usage_seconds_total", "training", "nvidia.com/gpu"): 480.0,
+                     ("disttrain_job_usage_seconds_total", "waiting", "nvidia.com/gpu"): 64.0}
+    gauges.observe("MODIFIED", body(mwms_job("m"), **RUNNING, usage="junk"))
+    assert not any(s.name.startswith("disttrain_job_usage") for m in registry.collect() for s in m.samples)

@@ -56,7 +56,8 @@ def test_an_older_crds_status_schema_is_named_by_the_fields_it_lacks() -> None:
 def test_the_previous_releases_crd_is_told_apart_by_what_it_lacks() -> None:
     """The CRD of the release the upgrade test starts from (hack/releases.py): the spec and status fields
     it lacks are named (0.2.0 added runPolicy.injectProgressHook; the stall rule runPolicy.stallTimeoutSeconds,
-    runPolicy.onStall and status.progress.advanced), as one it had would be (spec.mpi.bootstrap)."""
+    runPolicy.onStall and status.progress.advanced; goodput's status.usage), as one it had would be
+    (spec.mpi.bootstrap)."""
     import copy
 
     import yaml
@@ -71,7 +72,7 @@ def test_the_previous_releases_crd_is_told_apart_by_what_it_lacks() -> None:
     added = ["spec.runPolicy.injectProgressHook", "spec.runPolicy.stallTimeoutSeconds", "spec.runPolicy.onStall"]
     assert missing_fields(ours["properties"]["spec"], schema["properties"]["spec"], "spec") == added
     assert missing_fields(ours["properties"]["status"], schema["properties"]["status"], "status") == [
-        "status.progress.advanced"]
+        "status.progress.advanced", "status.usage"]
     before = copy.deepcopy(schema["properties"]["spec"])
     del before["properties"]["mpi"]["properties"]["bootstrap"]
     assert missing_fields(ours["properties"]["spec"], before, "spec") == ["spec.mpi.bootstrap", *added]

@@ -21,6 +21,7 @@ from disttrain.api.constants import (
     VERSION,
 )
 from disttrain.api.crd_checkpoint import checkpoint_status_schema, last_checkpoint_schema
+from disttrain.api.crd_columns import printer_columns
 from disttrain.api.crd_restarts import CLAIMED_GPUS_SCHEMA, DELETED_PODS, PREVIOUS_PODS
 from disttrain.api.crd_run_policy import advanced_schema, gang_size_rule, run_policy_schema
 from disttrain.api.crd_size import size_rules
@@ -35,6 +36,7 @@ from disttrain.api.crd_spec import (
     string_field,
     tensorflow_schema,
 )
+from disttrain.api.crd_usage import usage_status_schema
 from disttrain.api.status import CONDITION_TYPES, Phase
 
 
@@ -115,7 +117,7 @@ def status_schema() -> Schema:
             },
             "gang": gang_status_schema(),
             "elastic": elastic_status_schema(),
-            "progress": progress_status_schema(),
+            "progress": progress_status_schema(), "usage": usage_status_schema(),
             "checkpoint": checkpoint_status_schema(), "lastCheckpoint": last_checkpoint_schema(),
             "sshSecret": string_field("An MPI job's SSH Secret (<job>-ssh-<its uid's first 8 characters>; <job>-ssh "
                                       "for a job started before that name)."),
@@ -237,30 +239,6 @@ def job_schema() -> Schema:
             *size_rules(),
         ],
     }
-
-
-def printer_columns() -> list[Schema]:
-    return [
-        {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Phase of the job."},
-        {"name": "Ready", "type": "string", "jsonPath": ".status.ready", "description": "Pods Ready / wanted."},
-        {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "description": "Restarts so far."},
-        {"name": "Progress%", "type": "integer", "jsonPath": ".status.progress.percent",
-         "description": "Percent of the training done, as its pods reported."},
-        {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta",
-         "description": "Time left at the recent rate, or stale when the reports stopped."},
-        {"name": "Reason", "type": "string", "jsonPath": ".status.reason",
-         "description": "Why the job is where it is: Queued, WaitingForGang, Unschedulable, ImagePullBackOff, ..."},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-        {"name": "Framework", "type": "string", "jsonPath": ".status.framework", "priority": 1},
-        {"name": "Workers", "type": "integer", "jsonPath": ".status.elastic.workers", "priority": 1,
-         "description": "An elastic job's workers in discovery now."},
-        {"name": "Started", "type": "date", "jsonPath": ".status.startTime", "priority": 1},
-        {"name": "Completed", "type": "date", "jsonPath": ".status.completionTime", "priority": 1},
-        {"name": "Metrics", "type": "string", "jsonPath": ".status.progress.metrics", "priority": 1,
-         "description": "The latest reported training metrics."},
-        {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1,
-         "description": "What the reason is, in words: Kueue's, the scheduler's, the kubelet's, the operator's."},
-    ]
 
 
 def crd() -> Schema:

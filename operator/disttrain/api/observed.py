@@ -19,6 +19,7 @@ from disttrain.api.constants import (
     REPLICA_TYPE_LABEL,
 )
 from disttrain.api.objects import PodKey, controller_uid
+from disttrain.api.times import epoch_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,12 @@ class ObservedPod:
     # Its checkpoint-request annotation asks for one: what clears a request is derived from this,
     # not from the job's status alone (a patch that failed after the status dropped it stays).
     asked_checkpoint: bool = False
+    # Its hold on the node's GPUs (or CPUs), in seconds since the epoch (decide/policies/usage.py):
+    # since its PodScheduled condition turned True, until it ended (a terminal phase: its last
+    # container's finishedAt; for a pod gone, control/tombstones.py sets when it went). Floats, not
+    # the API's strings: held for every pod.
+    scheduled_at: float | None = None
+    ended_at: float | None = None
 
     @property
     def active(self) -> bool:
@@ -107,7 +114,29 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         init_container=init_container,
         hears_checkpoint=labels.get(CHECKPOINT_FILE_LABEL) == "true",
         asked_checkpoint=bool((meta.get("annotations") or {}).get(CHECKPOINT_REQUEST_ANNOTATION)),
+        scheduled_at=scheduled_at(status),
+        ended_at=ended_at(status),
     )
+
+
+def scheduled_at(status: Mapping[str, Any]) -> float | None:
+    """When the pod was bound to its node: its PodScheduled condition's time (the API server sets
+    it with the binding), else the kubelet's startTime."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            return epoch_seconds(cond.get("lastTransitionTime")) or epoch_seconds(status.get("startTime"))
+    return None
+
+
+def ended_at(status: Mapping[str, Any]) -> float | None:
+    """When a pod in a terminal phase ended: its last container's finishedAt (the kubelet frees its
+    devices then, and the scheduler stops counting it); None while it may still run."""
+    if status.get("phase") not in ("Succeeded", "Failed"):
+        return None
+    ends = [epoch_seconds(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for cs in status.get("containerStatuses") or []]
+    known = [end for end in ends if end is not None]
+    return max(known) if known else None
 
 
 # Container waiting reasons that hold a pod back until someone acts (the kubelet retries them).

@@ -14,6 +14,7 @@ from typing import Any
 
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import JobSpec
+from disttrain.api.times import parse_timestamp
 
 
 class Phase(StrEnum):
@@ -41,20 +42,6 @@ def timestamp(moment: datetime.datetime) -> str:
 def micro_timestamp(moment: datetime.datetime) -> str:
     """An RFC 3339 time to the microsecond (a wait measured from it loses no fraction of a second)."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_timestamp(value: str | None) -> datetime.datetime | None:
-    """An RFC 3339 time as the API server writes it, fractional seconds (MicroTime) included; None
-    for none, or for what isn't a time. A job's status is written by whoever may patch
-    disttrainjobs/status, and a time there that raised (Python reads no lowercase `t` or `z`,
-    which RFC 3339 allows) failed every reconcile of that job; callers read None as "not set"."""
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(value.upper())
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
 
 
 def true_since(status: Mapping[str, Any], ctype: str) -> datetime.datetime | None:

@@ -16,6 +16,7 @@ from disttrain.client.connection import ConnectError, api_message, unreachable
 from disttrain.client.curves import draw
 from disttrain.client.joblogs import JobNotFound
 from disttrain.client.training import Client, JobError
+from disttrain.client.usage import usage_lines
 
 
 def _said_in_one_line(command: Callable[[], int]) -> int:
@@ -60,7 +61,8 @@ def progress_command(job: str, *, namespace: str | None, follow: bool, interval:
         with Client(namespace, kubeconfig=kubeconfig, context=context) as dt:
             while True:
                 found = dt.get(job)
-                lines = draw(found, datetime.datetime.now(datetime.UTC))
+                now = datetime.datetime.now(datetime.UTC)
+                lines = draw(found, now) + usage_lines(found.get("status") or {}, now)
                 if lines != shown:
                     if in_place and shown:
                         sys.stdout.write(f"\x1b[{len(shown)}F\x1b[J")  # up over the last drawing, cleared

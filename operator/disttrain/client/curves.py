@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from disttrain.api.status import parse_timestamp
+from disttrain.api.times import parse_timestamp
 
 BARS = "▁▂▃▄▅▆▇█"
 WIDTH = 40  # sparkline columns at most: the history holds up to 40 points (decide/progress.py)

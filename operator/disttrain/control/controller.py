@@ -86,7 +86,7 @@ class Controller:
         self._jobs: JobIndex = {}
         self._pods: PodIndex = {}
         self._workloads: WorkloadIndex = {}
-        self.tombstones = Tombstones()
+        self.tombstones = Tombstones(lambda: self.clock.now().timestamp())
         self._resyncs: asyncio.Task[None] | None = None
 
     def bind(self, jobs: JobIndex | None = None, pods: PodIndex | None = None,
@@ -129,8 +129,9 @@ class Controller:
                                     Reason.INVALID_SPEC, str(err))
         started = self.clock.monotonic()
         job = JobState(ref=ref, generation=int(meta.get("generation") or 0), spec=spec,
-                       status=dict(body.get("status") or {}), progress=self.progress.state(key, ref.uid),
-                       report_to=self.report_to, name_reuse_seconds=self.name_reuse_seconds)
+                       status=(status := dict(body.get("status") or {})), progress=self.progress.state(key, ref.uid),
+                       report_to=self.report_to, name_reuse_seconds=self.name_reuse_seconds,
+                       departed=self.tombstones.departed_of(key, status))
         keys = None
         if spec.mpi is not None and not spec.mpi.gloo and not dispatch_steps.managed_elsewhere(spec):
             # Kept while the job lives: its Secret is made once, but a plan that creates pods
@@ -214,7 +215,6 @@ class Controller:
                    plan: Plan) -> float | None:
         exp = self._expectations(key, ref)
         await self._delete_pods(ref, exp, plan.delete)
-
         try:
             await self.queues.write(ref, plan.workload)
         except Conflict:

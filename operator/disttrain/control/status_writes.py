@@ -24,6 +24,10 @@ however often the pods report. Why 15 seconds: a status write is an etcd write o
 second; kubectl's watch and the terminal's curves need no more, and the per-job gauges follow
 every report for Prometheus (runtime/job_gauges.py).
 
+`status.usage` (decide/usage_steps.py) is counted by every pass and never written for its own
+sake: it goes out with the job's next write, unless the use its seconds count as changed (at once)
+or a pod gone since was counted (within PROGRESS_WRITE_INTERVAL).
+
 A new job's first status waits for its pods (`after_creates`): the pass that makes them writes
 nothing before it makes them, and the pass right after (the pods now expected) writes Pending with
 Created and the pods counted. As Kubernetes' Job controller does (create, then status): one status
@@ -49,6 +53,7 @@ PROGRESS_WRITE_INTERVAL = 5.0  # seconds a progress-only change waits after the 
 PROGRESS_FIELDS = frozenset({"ready", "replicaStatuses"})
 REPORTED = "progress"  # what the pods reported (decide/progress.py)
 REPORTED_PROGRESS_INTERVAL = 15.0
+USAGE = "usage"  # counted every pass, written only along with another change or when due (Plan.usage_write)
 # Conditions that mark progress within a phase, not a transition: Created (every pod of the
 # attempt exists) comes a moment after the Pending write and before Running; written on its own
 # it was a third write per job in `make bench`'s burst (issue 25).
@@ -82,21 +87,29 @@ def with_own_status(written: WrittenStatus | None, body: Mapping[str, Any]) -> M
 
 
 def progress_wait(written: WrittenStatus | None, current: Mapping[str, Any], new: Mapping[str, Any],
-                  now: float, reported_interval: float = REPORTED_PROGRESS_INTERVAL) -> float | None:
-    """Seconds to hold a progress-only status change back; None to write now."""
+                  now: float, reported_interval: float = REPORTED_PROGRESS_INTERVAL,
+                  usage_due: float | None = None) -> float | None:
+    """Seconds to hold a progress-only status change back; None to write now. `usage_due`: the
+    plan's usage_write (a usage count due now, 0, or within PROGRESS_WRITE_INTERVAL)."""
     if written is None or new == current:
         return None
     changed = {k for k in current.keys() | new.keys() if current.get(k) != new.get(k)}
     if "conditions" in changed and _beyond_progress(current.get("conditions"), new.get("conditions")):
         return None
-    progress = PROGRESS_FIELDS | {REPORTED}
+    if USAGE in changed and usage_due == 0:
+        return None  # the use the held seconds count as changed (decide/usage_steps.py)
+    progress = PROGRESS_FIELDS | {REPORTED, USAGE}
     if current.get("reason") == new.get("reason"):
         progress |= {"message"}  # the same reason's message, its counts moved on ("412/1024 pods scheduled")
     if not changed - {"conditions"} <= progress:
         return None
-    interval = reported_interval if changed == {REPORTED} else PROGRESS_WRITE_INTERVAL
+    interval = reported_interval if changed - {USAGE} == {REPORTED} else PROGRESS_WRITE_INTERVAL
     wait = written.at + interval - now
     return wait if wait > 0 else None
+
+
+def without_usage(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != USAGE}
 
 
 def _beyond_progress(before: Any, after: Any) -> bool:
@@ -179,7 +192,10 @@ class StatusWriter:
             self.deferred.add(key)  # once: a pass whose creates must wait writes its status next time
             plan.requeue_within(0)  # the next pass writes it, with the pods just made counted
             return True
-        wait = progress_wait(self.written.get(key), current, plan.status, now, self.reported_interval)
+        if plan.usage_write is None and without_usage(plan.status) == without_usage(current):
+            return True  # a usage count alone waits for a write the job needs anyway (decide/policies/usage.py)
+        wait = progress_wait(self.written.get(key), current, plan.status, now, self.reported_interval,
+                             plan.usage_write)
         if wait is not None:
             plan.requeue_within(wait)
         if wait is not None or plan.status == current:

@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from disttrain.api.observed import ObservedPod
+from disttrain.api.times import epoch_seconds
 
 RESYNC_SECONDS = 300.0
 log = logging.getLogger(__name__)
@@ -32,7 +34,8 @@ class PodLister(Protocol):
 
 
 class Tombstones:
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float] = time.time) -> None:
+        self.now = now  # seconds since the epoch: when a pod went
         self.gone: frozenset[str] = frozenset()
         # The final state of pods deleted for a disruption, from their DELETED event: a pod the
         # taint manager or the pod GC deletes carries DisruptionTarget, and when its DELETED event
@@ -41,6 +44,11 @@ class Tombstones:
         # names it in deletedPods (judged once), or the job is forgotten; after an operator restart
         # the pod is merely gone, as before.
         self.final: dict[Any, dict[str, ObservedPod]] = {}
+        # Pods gone that held GPUs (or CPUs) past the job's last usage count, ended when they went:
+        # kept until a status counts past that (status.usage.countedAt, decide/usage_steps.py), or the
+        # job is forgotten. At most a job's pods of one attempt and the one before; after an operator
+        # restart, what they held since the last count is not counted (docs/api.md, Usage).
+        self.departed: dict[Any, dict[str, ObservedPod]] = {}
 
     def pod_deleted(self, key: Any, pod: ObservedPod) -> None:
         """A disrupted pod still running is held as terminating (judged as a disruption); one
@@ -48,6 +56,26 @@ class Tombstones:
         then deletes it) as the failed pod the overtaken update showed."""
         if pod.disruption is not None and pod.phase != "Succeeded":
             self.final.setdefault(key, {})[pod.uid] = dataclasses.replace(pod, terminating=pod.phase != "Failed")
+        if pod.scheduled:
+            went = self.now()
+            ended = went if pod.ended_at is None else min(pod.ended_at, went)
+            self.departed.setdefault(key, {})[pod.uid] = dataclasses.replace(pod, ended_at=ended, terminating=True)
+
+    def departed_of(self, key: Any, status: Mapping[str, Any]) -> tuple[ObservedPod, ...]:
+        """The job's pods gone since its status last counted usage (status.usage.countedAt): those
+        it counted are let go."""
+        held = self.departed.get(key)
+        if not held:
+            return ()
+        usage = status.get("usage")
+        counted_at = epoch_seconds(usage.get("countedAt")) if isinstance(usage, Mapping) else None
+        if counted_at is not None:
+            for uid in [u for u, p in held.items() if p.ended_at is not None and p.ended_at <= counted_at]:
+                del held[uid]
+            if not held:
+                del self.departed[key]
+                return ()
+        return tuple(held.values())
 
     def view(self, key: Any, pods: Iterable[ObservedPod], judged: Collection[str]) -> list[ObservedPod]:
         """The job's pods as they are: without the gone, with the disrupted ones whose deletion
@@ -63,6 +91,7 @@ class Tombstones:
 
     def forget(self, key: Any) -> None:
         self.final.pop(key, None)
+        self.departed.pop(key, None)
 
     async def resync(self, kube: PodLister, index: Mapping[tuple[str, Key], Iterable[ObservedPod]]
                      ) -> set[tuple[str, Key]]:

@@ -32,7 +32,8 @@ import datetime
 from collections.abc import Sequence
 
 from disttrain.api.observed import ObservedPod
-from disttrain.api.status import parse_timestamp, timestamp
+from disttrain.api.status import timestamp
+from disttrain.api.times import parse_timestamp
 from disttrain.builders.checkpoint import REQUEST_ANNOTATION
 from disttrain.decide.passes import Pass
 from disttrain.decide.plan import Event

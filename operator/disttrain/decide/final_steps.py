@@ -1,12 +1,22 @@
 """The steps every pass ends with, whoever runs the job: what its pods reported of their training,
-and its deletion once finished for ttlSecondsAfterFinished."""
+its stall, what its GPUs were used for, and its deletion once finished for ttlSecondsAfterFinished."""
 
 from __future__ import annotations
 
 from disttrain.api.status import FINISHED, Phase
-from disttrain.decide import progress
+from disttrain.decide import checkpoint_steps, progress, stall_steps, usage_steps
 from disttrain.decide.passes import Pass
 from disttrain.decide.policies import ttl
+
+
+def report(p: Pass, stalled: stall_steps.Judged) -> None:
+    """After the ladder, in this order: the progress the stall record goes into, the stall, a
+    checkpoint request no stop needs any longer, the usage (by the use all of those leave), the TTL."""
+    report_progress(p)
+    stall_steps.report(p, stalled)
+    checkpoint_steps.drop_when_not_stopping(p)
+    usage_steps.count(p, stalled.why)
+    delete_after_ttl(p)
 
 
 def report_progress(p: Pass) -> None:

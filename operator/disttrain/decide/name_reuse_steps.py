@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import datetime
 
-from disttrain.api.status import micro_timestamp, parse_timestamp
+from disttrain.api.status import micro_timestamp
+from disttrain.api.times import parse_timestamp
 from disttrain.decide.passes import PREVIOUS_PODS, Pass
 from disttrain.decide.policies import waiting
 from disttrain.decide.reasons import Reason

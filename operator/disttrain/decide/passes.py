@@ -51,6 +51,9 @@ class JobState:
     name_reuse_seconds: float = 0.0
     # What was read of an MPI job's workers' DRA claims (control/claims.py; decide/claim_steps.py).
     claims: ClaimReading = ClaimReading()
+    # Its pods gone since its status last counted them (control/tombstones.py), their ended_at
+    # when they went: status.usage counts what they held until then (decide/usage_steps.py).
+    departed: tuple[ObservedPod, ...] = ()
 
 
 class Pass:

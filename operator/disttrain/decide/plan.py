@@ -48,6 +48,9 @@ class Plan:
     workload: list[WorkloadOp] = field(default_factory=list)
     # Annotations to set on running pods (a checkpoint request: decide/checkpoint_steps.py).
     annotate: list[tuple[ObservedPod, dict[str, str]]] = field(default_factory=list)
+    # status.usage's count (decide/usage_steps.py) goes out within these seconds even if nothing else
+    # changed; None: only along with a write the pass makes anyway.
+    usage_write: float | None = None
 
     def requeue_within(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)

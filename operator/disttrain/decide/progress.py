@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from disttrain.api.progress import Report
-from disttrain.api.status import FINISHED, Phase, parse_timestamp, timestamp
+from disttrain.api.status import FINISHED, Phase, timestamp
+from disttrain.api.times import parse_timestamp
 
 MAX_HISTORY = 40
 RATE_WINDOW_SECONDS = 600.0

@@ -74,10 +74,7 @@ def reconcile(job: JobState, pods: Sequence[ObservedPod], now: datetime.datetime
     queue_steps.report(p)
     elastic_steps.report(p)
     claim_steps.record(p)
-    final_steps.report_progress(p)
-    stall_steps.report(p, stalled)
-    checkpoint_steps.drop_when_not_stopping(p)
-    final_steps.delete_after_ttl(p)
+    final_steps.report(p, stalled)
     return p.summarize()
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from disttrain.api.spec import OnStall
-from disttrain.api.status import FINISHED, Phase, parse_timestamp, set_condition, timestamp, true_since
+from disttrain.api.status import FINISHED, Phase, set_condition, timestamp, true_since
+from disttrain.api.times import parse_timestamp
 from disttrain.decide import progress
 from disttrain.decide.passes import Pass
 from disttrain.decide.plan import Event

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from disttrain.api.crd_usage import USES
 from disttrain.api.parse import SpecError, parse_spec
 from disttrain.api.progress import MAX_METRICS, Report
-from disttrain.api.status import Phase, parse_timestamp, true_since
+from disttrain.api.status import Phase, true_since
+from disttrain.api.times import parse_timestamp
 
 LABELS = ("job_namespace", "job_name")
 
@@ -38,6 +40,7 @@ class JobSample:
     restarts: int
     seconds_to_running: float | None  # once the job has had every pod running
     stalled: bool = False  # its Stalled condition is True (decide/stall_steps.py)
+    usage: tuple[str, tuple[tuple[str, float], ...]] | None = None  # status.usage: resource, seconds by use
 
 
 def sample(job: Mapping[str, Any]) -> JobSample:
@@ -52,7 +55,18 @@ def sample(job: Mapping[str, Any]) -> JobSample:
                      pods_desired=desired, restarts=int(status.get("restarts") or 0),
                      seconds_to_running=seconds_to_running(meta, status),
                      stalled=any(c.get("type") == "Stalled" and c.get("status") == "True"
-                                 for c in status.get("conditions") or []))
+                                 for c in status.get("conditions") or []),
+                     usage=usage_of(status.get("usage")))
+
+
+def usage_of(found: Any) -> tuple[str, tuple[tuple[str, float], ...]] | None:
+    """status.usage's seconds by use, as written (only numbers, only the uses there are)."""
+    if not isinstance(found, Mapping) or not isinstance(found.get("seconds"), Mapping):
+        return None
+    seconds = found["seconds"]
+    return str(found.get("resource") or ""), tuple(
+        (use, float(seconds[use])) for use in USES
+        if isinstance(seconds.get(use), int | float) and not isinstance(seconds.get(use), bool))
 
 
 def seconds_to_running(meta: Mapping[str, Any], status: Mapping[str, Any]) -> float | None:
@@ -78,6 +92,10 @@ FAMILIES = (  # name, help, labels after LABELS
     ("disttrain_job_metric", "The latest value of a metric a job's pod reported (loss, accuracy, ...); role is "
                              "training or evaluation", ("role", "metric")),
 )
+# A counter: the job's held GPU-seconds (or CPU core-seconds) by use, as status.usage last counted them.
+USAGE_FAMILY = ("disttrain_job_usage_seconds", "Resource-seconds the job's pods held (GPU-seconds; CPU core-seconds "
+                "for a job without GPUs), by use: training, redone, waiting, checkpoint, stalled, other "
+                "(status.usage, as of its last count)", ("resource", "use"))
 
 
 @dataclass(slots=True)
@@ -91,6 +109,7 @@ class _Row:
     restarts: int = 0
     seconds_to_running: float | None = None  # the first time only
     stalled: bool = False
+    usage: tuple[str, tuple[tuple[str, float], ...]] | None = None
     percent: float | None = None
     metrics: dict[tuple[str, str], float] = field(default_factory=dict)  # (role, metric) -> value
 
@@ -113,7 +132,7 @@ class JobGauges(Collector):
             row = self._rows[key] = _Row(now.uid)
         row.uid = now.uid
         row.phase, row.ready, row.desired, row.restarts = now.phase, now.pods_ready, now.pods_desired, now.restarts
-        row.stalled = now.stalled
+        row.stalled, row.usage = now.stalled, now.usage
         # The first time only: a restarted job's Running condition moves, its start-up latency doesn't.
         if now.seconds_to_running is not None and row.seconds_to_running is None:
             row.seconds_to_running = now.seconds_to_running
@@ -137,16 +156,18 @@ class JobGauges(Collector):
     def forget(self, namespace: str, name: str) -> None:
         self._rows.pop((namespace, name), None)
 
-    def describe(self) -> Iterator[GaugeMetricFamily]:
+    def describe(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         for name, doc, extra in FAMILIES:
             yield GaugeMetricFamily(name, doc, labels=[*LABELS, *extra])
+        yield CounterMetricFamily(USAGE_FAMILY[0], USAGE_FAMILY[1], labels=[*LABELS, *USAGE_FAMILY[2]])
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         """The series now. Scraped from the metrics server's thread while the event loop changes
         rows: list() of a dict's items is one step under the GIL, so what is read is consistent
         per row, never a dict that changes size under iteration."""
         phase, ready, desired, restarts, to_running, stalled, percent, metric = (
             GaugeMetricFamily(name, doc, labels=[*LABELS, *extra]) for name, doc, extra in FAMILIES)
+        used = CounterMetricFamily(USAGE_FAMILY[0], USAGE_FAMILY[1], labels=[*LABELS, *USAGE_FAMILY[2]])
         for (namespace, name), row in list(self._rows.items()):
             labels = [namespace, name]
             phase.add_metric([*labels, row.phase], 1)
@@ -161,4 +182,7 @@ class JobGauges(Collector):
                 percent.add_metric(labels, row.percent)
             for (role, metric_name), value in list(row.metrics.items()):
                 metric.add_metric([*labels, role, metric_name], value)
-        yield from (phase, ready, desired, restarts, to_running, stalled, percent, metric)
+            if row.usage is not None:
+                for use, seconds in row.usage[1]:
+                    used.add_metric([*labels, row.usage[0], use], seconds)
+        yield from (phase, ready, desired, restarts, to_running, stalled, percent, metric, used)

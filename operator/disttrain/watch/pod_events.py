@@ -48,6 +48,7 @@ class Condition(_Subset):
     status: str = ""
     reason: str | None = None
     message: str | None = None
+    lastTransitionTime: str | None = None
 
 
 class Terminated(_Subset):
@@ -80,6 +81,7 @@ class PodStatus(_Subset):
     conditions: list[Condition] | None = None
     containerStatuses: list[ContainerStatus] | None = None
     initContainerStatuses: list[ContainerStatus] | None = None
+    startTime: str | None = None
 
 
 class PodSpec(_Subset):

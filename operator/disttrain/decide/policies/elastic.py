@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from disttrain.api.constants import JOB_NAME_LABEL, REPLICA_TYPE_LABEL
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import Elastic, JobSpec, ReplicaType
-from disttrain.api.status import parse_timestamp, timestamp
+from disttrain.api.status import timestamp
+from disttrain.api.times import parse_timestamp
 
 
 def settings(spec: JobSpec) -> Elastic | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import JobSpec, ReplicaType, RestartPolicy, RestartScope
-from disttrain.api.status import parse_timestamp
+from disttrain.api.times import parse_timestamp
 from disttrain.decide.reasons import Reason
 
 # How long a failed MPI launcher, or a synchronous job's pod that failed by its own verdict, waits

@@ -49,7 +49,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from disttrain.api.spec import RunPolicy
-from disttrain.api.status import parse_timestamp, timestamp
+from disttrain.api.status import timestamp
+from disttrain.api.times import parse_timestamp
 from disttrain.decide.progress import fraction_of
 
 FLOOR_SECONDS = 600.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 
 from disttrain.api.spec import RunPolicy
-from disttrain.api.status import parse_timestamp
+from disttrain.api.times import parse_timestamp
 
 
 def ttl_remaining(run: RunPolicy, completion_time: str | None, now: datetime.datetime) -> float | None:

@@ -1,0 +1,207 @@
+"""Where a job's GPU-seconds went (issue 46, decide/policies/usage.py and decide/usage_steps.py):
+each pod's GPUs from its scheduling until it ends or goes, split by what the job was doing, counted
+with the status writes the job makes anyway."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+from disttrain.api.objects import JobRef
+from disttrain.api.observed import ObservedPod, observe_pod
+from disttrain.api.parse import parse_spec
+from disttrain.api.progress import Report
+from disttrain.builders.progress import ProgressEndpoint
+from disttrain.control.status_writes import progress_wait, without_usage
+from disttrain.control.tombstones import Tombstones
+from disttrain.decide.passes import JobState
+from disttrain.decide.plan import Plan
+from disttrain.decide.policies import usage
+from disttrain.decide.progress import ProgressState, Reported
+from disttrain.decide.reconcile import reconcile
+from manifests import replica, tf_job
+
+REF = JobRef("mnist", "ml", "uid-1")
+T0 = datetime.datetime(2026, 11, 29, 12, 0, 0, tzinfo=datetime.UTC)
+ENDPOINT = ProgressEndpoint("https://disttrain-progress.ops.svc:8443", "ca")
+
+
+def at(seconds: float) -> datetime.datetime:
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+def stamp(seconds: float) -> str:
+    return at(seconds).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job(**run_policy: Any) -> dict[str, Any]:
+    """A chief without GPUs and two workers of 4 GPUs each: 8 GPUs held once the workers are bound."""
+    return tf_job("mnist", run_policy or None, chief=replica(1, cpu="1"), worker=replica(2, gpus=4))
+
+
+def pod(rtype: str, index: int, scheduled: float | None = 0.0, phase: str = "Running", uid: str = "",
+        ended: float | None = None) -> ObservedPod:
+    return ObservedPod(name=f"mnist-{rtype}-{index}", uid=uid or f"u-{rtype}-{index}", owner_uid="uid-1",
+                       replica_type=rtype, index=index, phase=phase, ready=phase == "Running", terminating=False,
+                       exit_code=None, reason=None, container_restarts=0, scheduled=scheduled is not None,
+                       scheduled_at=None if scheduled is None else at(scheduled).timestamp(),
+                       ended_at=None if ended is None else at(ended).timestamp())
+
+
+def pods(scheduled: float = 0.0, uid: str = "") -> list[ObservedPod]:
+    return [pod("chief", 0, scheduled, uid=uid and f"{uid}-c"), pod("worker", 0, scheduled, uid=uid and f"{uid}-w0"),
+            pod("worker", 1, scheduled, uid=uid and f"{uid}-w1")]
+
+
+def step(status: dict[str, Any], now: float, observed: list[ObservedPod], progress: ProgressState | None = None,
+         departed: tuple[ObservedPod, ...] = (), spec: dict[str, Any] | None = None) -> Plan:
+    state = JobState(REF, 1, parse_spec((spec or job())["spec"]), status, progress=progress, report_to=ENDPOINT,
+                     departed=departed)
+    return reconcile(state, observed, at(now))
+
+
+def book(step_: int, seconds: float) -> ProgressState:
+    return ProgressState(training=Reported(Report(step=step_, total_steps=10_000), "mnist-chief-0", at(seconds)))
+
+
+def pending(startup: float = -10) -> dict[str, Any]:
+    return {"phase": "Pending", "startTime": stamp(startup),
+            "conditions": [{"type": "Created", "status": "True", "lastTransitionTime": stamp(startup)}]}
+
+
+def test_a_gpu_jobs_seconds_are_its_pods_gpus_from_scheduling_split_into_waiting_and_training() -> None:
+    first = step(pending(), 0, [pod("chief", 0, 0.0, "Pending"), pod("worker", 0, 0.0, "Pending"),
+                                pod("worker", 1, None, "Pending")])
+    assert first.status["usage"]["state"] == "waiting"
+    # Worker 1 bound 4 s later; all Running at 10 s: 4 GPUs x 10 s + 4 GPUs x 6 s waited.
+    running = step(first.status, 10, [*pods(0.0)[:2], pod("worker", 1, 4.0)])
+    assert running.status["phase"] == "Running"
+    got = running.status["usage"]
+    assert got["seconds"] == {"waiting": 64.0} and got["state"] == "training"
+    later = step(running.status, 70, [*pods(0.0)[:2], pod("worker", 1, 4.0)])
+    got = later.status["usage"]
+    assert got["resource"] == "nvidia.com/gpu"
+    assert got["seconds"] == {"waiting": 64.0, "training": 480.0}
+    assert got["allocatedSeconds"] == 544.0 and got["gpuHours"] == round(544 / 3600, 2)
+    assert got["goodputPercent"] == round(100 * 480 / 544)
+
+
+def test_a_count_alone_is_never_written_and_a_change_of_use_is_written_at_once() -> None:
+    running = step(pending(), 10, pods()).status
+    later = step(running, 70, pods())
+    assert without_usage(later.status) == without_usage(running) and later.status["usage"] != running["usage"]
+    assert later.usage_write is None, "a count alone rides with the job's next write"
+    assert step(running, 10, pods()).status == running, "nothing held since: the status doesn't change"
+    # The same count, made again by a later pass from the same status, is the same: nothing is lost
+    # by not writing one.
+    again = step(running, 130, pods())
+    assert again.status["usage"]["seconds"] == {"waiting": 80.0, "training": 120 * 8.0}
+    # A use that changes (a checkpoint hold: a suspend) is written at once.
+    suspended = step(later.status, 80, [dataclasses.replace(p, hears_checkpoint=True) for p in pods()],
+                     spec=job(suspend=True))
+    assert suspended.status["usage"]["state"] == "checkpoint" and suspended.usage_write == 0
+
+
+def test_the_status_writer_holds_a_count_back_until_due() -> None:
+    from disttrain.control.status_writes import WrittenStatus
+
+    was = {"phase": "Running", "usage": {"countedAt": stamp(0), "state": "training"}}
+    new = {"phase": "Running", "usage": {"countedAt": stamp(9), "state": "training"}}
+    written = WrittenStatus("1", "2", was, at=100.0)
+    assert progress_wait(written, was, new, 101.0, usage_due=0) is None, "due now"
+    assert progress_wait(written, was, new, 101.0, usage_due=5.0) == 4.0, "due with the next progress write"
+    assert progress_wait(written, was, {**new, "phase": "Failed"}, 101.0) is None, "along with a transition"
+
+
+def test_steps_done_again_after_a_restart_are_redone_until_past_the_furthest_reached() -> None:
+    restarted = {"phase": "Running", "startTime": stamp(-100), "restarts": 1,
+                 "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": stamp(0)}],
+                 "progress": {"step": 900, "totalSteps": 10_000, "reportedAt": stamp(-50),
+                              "advanced": {"at": stamp(-50), "step": 900}},
+                 "usage": {"resource": "nvidia.com/gpu", "seconds": {"training": 800.0}, "countedAt": stamp(0),
+                           "state": "waiting", "reached": {"step": 900}}}
+    # The new attempt has reported nothing yet: its restore and compile are the restart's cost.
+    first = step(restarted, 5, pods(-5), book(900, -50))
+    assert first.status["usage"]["state"] == "redone" and first.usage_write == 0
+    resumed = step(first.status, 20, pods(-5), book(600, 20))
+    assert resumed.status["usage"]["state"] == "redone"
+    assert resumed.status["usage"]["seconds"] == {"training": 800.0, "waiting": 8 * 5.0, "redone": 8 * 15.0}
+    past = step(resumed.status, 60, pods(-5), book(901, 60))
+    got = past.status["usage"]
+    assert got["state"] == "training" and past.usage_write == 0
+    assert got["seconds"] == {"training": 800.0, "waiting": 40.0, "redone": 8 * 55.0}
+    assert got["reached"] == {"step": 901}
+
+
+def test_a_pod_gone_is_counted_until_it_went_and_that_count_is_written_soon() -> None:
+    running = step(pending(), 10, pods()).status
+    gone = dataclasses.replace(pods()[1], terminating=True, ended_at=at(40).timestamp())
+    plan = step(running, 45, [pods()[0], pods()[2]], departed=(gone,))
+    assert plan.status["usage"]["seconds"]["training"] == 4 * 30 + 4 * 35
+    assert plan.usage_write == 0, "a pod lost restarts the job: a change of use, written at once"
+    # A finished job's last pods going: the count holding them is written within 5 s.
+    done = {"phase": "Succeeded", "completionTime": stamp(50), "startTime": stamp(-10),
+            "usage": {"seconds": {"training": 100.0}, "countedAt": stamp(50), "state": "other"}}
+    last = dataclasses.replace(pods()[2], terminating=True, ended_at=at(55).timestamp())
+    finished = step(done, 56, [], departed=(last,))
+    assert finished.status["usage"]["seconds"] == {"training": 100.0, "other": 20.0}
+    assert finished.usage_write == 5.0
+    # Once a status counted past it, the controller lets it go.
+    stones = Tombstones(now=lambda: at(40).timestamp())
+    stones.pod_deleted(("ml", "mnist"), pods()[1])
+    assert len(stones.departed_of(("ml", "mnist"), running)) == 1
+    assert stones.departed_of(("ml", "mnist"), plan.status) == ()
+    assert stones.departed == {}
+
+
+def test_a_pod_that_ended_holds_nothing_after_its_last_container_finished() -> None:
+    body = {"metadata": {"name": "p", "uid": "u"}, "spec": {"nodeName": "n"},
+            "status": {"phase": "Succeeded", "startTime": stamp(1),
+                       "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp(0)}],
+                       "containerStatuses": [{"state": {"terminated": {"exitCode": 0, "finishedAt": stamp(30)}}},
+                                             {"state": {"terminated": {"exitCode": 0, "finishedAt": stamp(42)}}}]}}
+    seen = observe_pod(body)
+    assert (seen.scheduled_at, seen.ended_at) == (at(0).timestamp(), at(42).timestamp())
+    assert usage.held_seconds(seen, 2.0, None, at(100).timestamp()) == 84.0
+    assert usage.held_seconds(seen, 2.0, at(50).timestamp(), at(100).timestamp()) == 0.0
+
+
+def test_a_stall_found_moves_the_seconds_since_the_last_new_step() -> None:
+    status = {"phase": "Running", "startTime": stamp(-100),
+              "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": stamp(-100)}],
+              "progress": {"step": 50, "totalSteps": 10_000, "reportedAt": stamp(100),
+                           "advanced": {"at": stamp(100), "step": 50}},
+              "usage": {"resource": "nvidia.com/gpu", "seconds": {"training": 8 * 200.0}, "countedAt": stamp(100),
+                        "state": "training", "reached": {"step": 50}}}
+    plan = step(status, 160, pods(-100), book(50, 100), spec=job(stallTimeoutSeconds=60))
+    assert any(c["type"] == "Stalled" and c["status"] == "True" for c in plan.status["conditions"])
+    got = plan.status["usage"]
+    assert got["seconds"] == {"training": 8 * 200.0, "stalled": 8 * 60.0} and got["state"] == "stalled"
+    assert plan.usage_write in (0, None) and got["allocatedSeconds"] == 8 * 260.0
+
+
+def test_a_job_without_gpus_counts_cpu_cores_requested() -> None:
+    spec = tf_job("mnist", None, worker=replica(2, cpu="500m"))
+    observed = [pod("worker", 0), pod("worker", 1)]
+    running = step(pending(), 10, observed, spec=spec)
+    got = step(running.status, 110, observed, spec=spec).status["usage"]
+    assert got["resource"] == "cpu" and got["seconds"] == {"waiting": 10.0, "training": 100.0}
+    assert got["cpuHours"] == round(110 / 3600, 2) and "gpuHours" not in got
+
+
+def test_what_a_status_writer_put_in_usage_is_read_as_nothing_when_it_isnt_a_count() -> None:
+    """Whoever may patch disttrainjobs/status can write anything there: a negative, a string, a
+    use that doesn't exist, a countedAt in the future. None of it raises, and none counts twice."""
+    hostile = {"phase": "Running", "startTime": stamp(-10),
+               "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": stamp(0)}],
+               "usage": {"seconds": {"training": -1e18, "waiting": "lots", "bogus": 5}, "countedAt": stamp(10_000),
+                         "state": "nonsense", "reached": "far"}}
+    got = step(hostile, 60, pods()).status["usage"]
+    assert got["seconds"] == {} and got["allocatedSeconds"] == 0.0 and got["state"] == "training"
+    assert step({**hostile, "usage": "junk"}, 60, pods()).status["usage"]["state"] == "training"
+
+
+def test_a_job_finished_before_usage_was_counted_is_left_alone() -> None:
+    done = {"phase": "Succeeded", "completionTime": stamp(0), "startTime": stamp(-100)}
+    assert "usage" not in step(done, 60, []).status
