@@ -1,13 +1,18 @@
-"""A hung training restarts itself (issue 46), on the real node: the Horovod example (Open MPI over
-SSH), rank 1's process frozen mid-training by SIGSTOP. Its pod, its sshd and its orted stay up and
-Kubernetes sees nothing wrong; rank 0 waits in its next allreduce for good (Open MPI over TCP has no
-timeout, and Horovod's stall check only warns), so the step rank 0 reports stops moving. The job is
-Stalled within its timeout, restarted whole (onStall: Restart, one restart of backoffLimit), rank 0
-resumes from the epoch it saved, and the job succeeds.
+"""A hung training restarts itself (issue 46), on the real node, and its usage adds up.
 
-Not MultiWorkerMirrored: there TensorFlow's coordination service finds a frozen task by its missed
-heartbeats, and worker 0 exits 1 ("The tasks have crashed") about 13 s after the freeze (measured
-here, TF 2.21): a failure, judged by restartPolicy, before any stall could be."""
+Horovod (Open MPI over SSH): rank 1's process frozen mid-training by SIGSTOP. Its pod, its sshd and
+its orted stay up and Kubernetes sees nothing wrong; rank 0 waits in its next allreduce for good
+(Open MPI over TCP has no timeout, and Horovod's stall check only warns), so the step rank 0 reports
+stops moving. The job is Stalled within its timeout, restarted whole (onStall: Restart, one restart
+of backoffLimit), rank 0 resumes from the epoch it saved, and the job succeeds.
+
+MultiWorkerMirrored: not a SIGSTOP, which stops every thread of the process, TensorFlow's
+coordination-service heartbeat among them: worker 0 then exits 1 about 13 s after the freeze ("The
+tasks have crashed", measured here, TF 2.21), a failure before any stall. A collective deadlock
+leaves the heartbeat running and the training thread stuck, and so does stopping that one thread
+(ptrace): the same Stalled, restart, resume and success.
+
+Each run's status.usage is checked against a hand calculation from its events (`check_usage`)."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from typing import Any
 import pytest
 
 from e2e_support import EXAMPLES, Follow, apply_example, finish, running_with
-from support import TIMED, Cluster, record_timing, wait_for
+from support import TIMED, Cluster, record_timing, wait_for, wait_pods_running
 
 pytestmark = pytest.mark.e2e
 JOB = "horovod-keras"
@@ -56,8 +61,8 @@ def stall_restarts(job: dict[str, Any]) -> None:
     job["spec"].setdefault("runPolicy", {}).update(stallTimeoutSeconds=TIMEOUT, onStall="Restart")
 
 
-def stalled_condition(cluster: Cluster, ns: str) -> dict[str, Any]:
-    conditions = cluster.job_status(ns, JOB).get("conditions") or []
+def stalled_condition(cluster: Cluster, ns: str, job: str = JOB) -> dict[str, Any]:
+    conditions = cluster.job_status(ns, job).get("conditions") or []
     return next((c for c in conditions if c.get("type") == "Stalled"), {})
 
 
@@ -110,3 +115,116 @@ def test_a_frozen_rank_stalls_the_job_which_restarts_and_resumes_from_its_checkp
     assert status["restarts"] == 1, status
     ended = stalled_condition(cluster, ns)
     assert ended.get("status") == "False", ended  # its new steps ended it, or its success did
+    check_usage(cluster, ns, JOB, HOROVOD_CORES)
+
+
+MWMS = "mnist-mwms"
+
+
+class FrozenThread:
+    """One thread of a process stopped by ptrace (PTRACE_SEIZE, then PTRACE_INTERRUPT), the rest
+    left running: a training whose main thread hangs while its runtime's threads go on, as in a
+    collective deadlock. (A SIGSTOP stops every thread, TensorFlow's coordination-service heartbeat
+    among them: worker 0 then exits 1 about 13 s later, "The tasks have crashed".) Released by
+    PTRACE_DETACH; killed with its process (a fatal signal wakes a traced thread)."""
+
+    SEIZE, INTERRUPT, DETACH, WALL = 0x4206, 0x4207, 17, 0x40000000
+
+    def __init__(self, tid: int) -> None:
+        import ctypes
+
+        self.tid = tid
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        for request in (self.SEIZE, self.INTERRUPT):
+            if self.libc.ptrace(request, tid, None, None) != 0:
+                raise OSError(ctypes.get_errno(), f"ptrace {request:#x} on thread {tid}")
+        os.waitpid(tid, self.WALL)  # its stop, reported to us as its tracer
+
+    def release(self) -> None:
+        self.libc.ptrace(self.DETACH, self.tid, None, None)  # ESRCH once its process is gone: nothing to do
+
+
+def test_a_multiworkermirrored_worker_whose_training_thread_hangs_stalls_and_resumes(
+        cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+    """MultiWorkerMirrored: worker 1's main thread (its Keras fit loop) frozen after an epoch's save,
+    its process's other threads running; worker 0 waits in the next all-reduce, its reported step
+    stands still, and the job is Stalled, restarted, resumed at its checkpoint and Succeeded."""
+    import realnode
+
+    ns, started = job_namespace, time.monotonic()
+    apply_example(cluster, ns, EXAMPLES / "multi-worker-mirrored" / "job.yaml", tmp_path,
+                  env={"TRAIN_STEPS": "3000", "EPOCHS": "6"}, edit_job=stall_restarts)
+    first = wait_pods_running(cluster, ns, MWMS, 2, timeout=180)
+    logs = follow(ns, first)
+    logs[f"{MWMS}-worker-1"].wait_event(lambda e: e.get("event") == "epoch_end", "the first epoch's end (its save)")
+    victim = next(p for p in first if p.metadata.name == f"{MWMS}-worker-1")
+    frozen = FrozenThread(realnode.container_pid(victim.status.container_statuses[0].container_id))
+    frozen_at = time.monotonic()
+    try:
+        found = wait_for(lambda: (c := stalled_condition(cluster, ns, MWMS)).get("status") == "True" and c,
+                         TIMEOUT + 60, "the Stalled condition", interval=0.5)
+        found_in = time.monotonic() - frozen_at
+        record_timing("e2e", "stall: MWMS thread frozen -> Stalled", found_in)
+        TIMED.append(f"e2e: stall: {found['message']}")
+        assert TIMEOUT - 6 <= found_in <= TIMEOUT + 20, (found_in, found)
+        restart = cluster.wait_event(ns, MWMS, lambda e: e.reason == "TrainingStalled", "the restart for it", 30)
+        assert "restarting the whole job (restart 1 of" in restart.message, restart.message
+    finally:
+        frozen.release()
+    old = {p.metadata.uid for p in first}
+    second = wait_for(lambda: (pods := wait_pods_running(cluster, ns, MWMS, 2, timeout=180))
+                      and not old & {p.metadata.uid for p in pods} and pods, 180, "the new attempt's pods")
+    resumed = follow(ns, second)
+    start = resumed[f"{MWMS}-worker-0"].wait_event(lambda e: e.get("event") == "start", "where training starts")
+    TIMED.append(f"e2e: stall: MWMS resumed at {start}")
+    assert start["resumed"] and start["epoch"] >= 1, start
+    status = finish(cluster, ns, MWMS, started, resumed, timing="mnist-mwms thread frozen, stalled, restarted")
+    assert status["restarts"] == 1, status
+    check_usage(cluster, ns, MWMS, {f"{MWMS}-worker-0": 0.5, f"{MWMS}-worker-1": 0.5})
+
+
+# The pods' CPU requests (examples/*/job.yaml). The node has no GPUs, so the jobs are counted in CPU
+# cores, as a job without GPUs is (docs/api.md, Usage and goodput).
+HOROVOD_CORES = {f"{JOB}-launcher": 0.1, f"{JOB}-worker-0": 0.5, f"{JOB}-worker-1": 0.5}
+
+
+def event_time(cluster: Cluster, ns: str, job: str, reason: str, nth: int = 0) -> float:
+    found = sorted((e for e in cluster.events(ns, job) if e.reason == reason), key=lambda e: e.first_timestamp)
+    assert len(found) > nth, f"no event {reason} #{nth + 1}: {[e.reason for e in cluster.events(ns, job)]}"
+    return float(found[nth].first_timestamp.timestamp())
+
+
+def check_usage(cluster: Cluster, ns: str, job: str, cores: dict[str, float]) -> None:
+    """Where the run's CPU-seconds went (status.usage), against a hand calculation from its events:
+    the job Ran from its first AllPodsRunning to the restart for the stall (TrainingStalled), and
+    from its second AllPodsRunning to JobSucceeded, every pod held all along but for a pod of the
+    last attempt that ended before the job did (its containers' finishedAt, a Succeeded pod being
+    kept); those seconds are training, redone and stalled, and the rest (pods up before all ran, the
+    restart's teardown, the last pods going) waiting and other."""
+    def settled() -> dict[str, Any] | None:
+        pods = cluster.pods(ns, f"disttrain.dev/job-name={job}")
+        held = [p for p in pods if p.status.phase in ("Pending", "Running")]
+        usage = cluster.job_status(ns, job).get("usage") or {}
+        return usage if not held and usage.get("state") == "other" else None
+    wait_for(settled, 60, "the job's last pods gone and counted", interval=1)
+    time.sleep(6)  # a pod gone is counted within 5 s of going
+    usage = cluster.job_status(ns, job)["usage"]
+    split = usage["seconds"]
+    TIMED.append(f"e2e: stall: {job} usage {usage}")
+    assert usage["resource"] == "cpu" and abs(sum(split.values()) - usage["allocatedSeconds"]) <= 0.1 * len(split)
+    ended = {p.metadata.name: max(cs.state.terminated.finished_at.timestamp() for cs in p.status.container_statuses)
+             for p in cluster.pods(ns, f"disttrain.dev/job-name={job}") if p.status.phase == "Succeeded"}
+    first = event_time(cluster, ns, job, "TrainingStalled") - event_time(cluster, ns, job, "AllPodsRunning")
+    second, done = event_time(cluster, ns, job, "AllPodsRunning", 1), event_time(cluster, ns, job, "JobSucceeded")
+    by_hand = sum(units * (first + min(ended.get(pod, done), done) - second) for pod, units in cores.items())
+    counted = split.get("training", 0) + split.get("redone", 0) + split.get("stalled", 0)
+    TIMED.append(f"e2e: stall: {job}: {counted:.1f} core-seconds Running (training, redone, stalled); "
+                 f"by hand from its events {by_hand:.1f}")
+    # Events and finishedAt are dated to the second: up to 2 s over the two spans.
+    total = sum(cores.values())
+    assert abs(counted - by_hand) <= max(0.02 * by_hand, 2 * total), (counted, by_hand, ended, usage)
+    # Stalled from the reporter's last report before the freeze (at most 5 s before it) to the restart.
+    assert split.get("stalled", 0) >= total * (TIMEOUT - 6), usage
+    assert split.get("redone", 0) > 0 and split.get("waiting", 0) > 0, usage
+    assert usage["allocatedSeconds"] > by_hand

@@ -50,6 +50,13 @@ def test_a_suspend_waits_for_the_confirmed_checkpoint(cluster: Cluster, operator
                        "the Checkpointed event")
     wait_for(lambda: not [p for p in cluster.pods(namespace, "disttrain.dev/job-name=ckpt")
                           if not p.metadata.deletion_timestamp], 30, "the pods deleted")
+    # Its 2 GPUs' seconds (status.usage): the hold for the checkpoint (at least the 2 s above) is
+    # `checkpoint`; the pods' going is counted once they are gone (within 5 s), as `other`.
+    time.sleep(6)
+    usage = cluster.job_status(namespace, "ckpt")["usage"]
+    print(f"\nusage: {usage}")
+    assert usage["state"] == "other" and usage["seconds"]["checkpoint"] >= 2 * 2, usage
+    assert abs(sum(usage["seconds"].values()) - usage["allocatedSeconds"]) < 0.5, usage
 
 
 def test_a_checkpoint_never_confirmed_stops_the_job_at_the_grace(cluster: Cluster, operator: OperatorProcess,

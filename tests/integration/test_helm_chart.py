@@ -154,7 +154,7 @@ def test_dashboard_renders_valid_json_naming_only_exported_metrics() -> None:
         assert re.match(r"label_values\((\w+)", query).group(1) in exported, query  # type: ignore[union-attr]
     for gauge in ("disttrain_job_phase", "disttrain_job_pods_ready", "disttrain_job_pods_desired",
                   "disttrain_job_restarts", "disttrain_job_seconds_to_running", "disttrain_job_progress_percent",
-                  "disttrain_job_metric", "disttrain_job_stalled"):
+                  "disttrain_job_metric", "disttrain_job_stalled", "disttrain_job_usage_seconds_total"):
         assert any(gauge in e for e in exprs), f"no panel shows {gauge}"
 
 

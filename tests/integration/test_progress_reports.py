@@ -259,3 +259,16 @@ def test_a_training_whose_step_stands_still_is_stalled_then_restarted_and_resume
                      20, "the Stalled condition ended")
     assert ended["reason"] == "TrainingAdvanced" and "step 150" in ended["message"], ended
     assert cluster.job_status(namespace, "frozen")["phase"] == "Running"
+
+    # Where its 2 GPUs' seconds went (status.usage): waiting for pods, training, the stall (from step
+    # 200's report on), the restart's teardown and start, and steps 150-200 redone until a step past 200.
+    resumed.report(step=250, total_steps=1000)
+    assert resumed.flush(10) and resumed.refused == 0
+    used = wait_for(lambda: (u := cluster.job_status(namespace, "frozen").get("usage") or {}).get("state")
+                    == "training" and u, 20, "usage counting training again, past step 200")
+    print(f"usage: {used}")
+    split = used["seconds"]
+    assert used["resource"] == "nvidia.com/gpu" and {"waiting", "training", "stalled", "redone"} <= set(split), used
+    assert abs(sum(split.values()) - used["allocatedSeconds"]) < 0.5, "the split adds up"
+    assert split["stalled"] >= 2 * 10, "2 GPUs stalled at least the 10 s timeout"
+    assert used["reached"] == {"step": 250}

@@ -205,3 +205,19 @@ def test_what_a_status_writer_put_in_usage_is_read_as_nothing_when_it_isnt_a_cou
 def test_a_job_finished_before_usage_was_counted_is_left_alone() -> None:
     done = {"phase": "Succeeded", "completionTime": stamp(0), "startTime": stamp(-100)}
     assert "usage" not in step(done, 60, []).status
+
+
+def test_a_stall_restarted_at_once_still_moves_its_seconds_to_stalled() -> None:
+    """onStall Restart: the pass that finds the stall restarts the job (Running ends), and the seconds
+    since the last new step are stalled all the same."""
+    status = {"phase": "Running", "startTime": stamp(-100),
+              "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": stamp(-100)}],
+              "progress": {"step": 50, "totalSteps": 10_000, "reportedAt": stamp(100),
+                           "advanced": {"at": stamp(100), "step": 50}},
+              "usage": {"resource": "nvidia.com/gpu", "seconds": {"training": 8 * 200.0}, "countedAt": stamp(100),
+                        "state": "training", "reached": {"step": 50}}}
+    plan = step(status, 160, pods(-100), book(50, 100), spec=job(stallTimeoutSeconds=60, onStall="Restart"))
+    assert plan.status["phase"] == "Restarting"
+    got = plan.status["usage"]
+    assert got["seconds"] == {"training": 8 * 200.0, "stalled": 8 * 60.0} and got["state"] == "waiting"
+    assert plan.usage_write == 0

@@ -58,7 +58,7 @@ def _move_stall(p: Pass, pods: list[ObservedPod], units: Mapping[str, float], se
     what was counted as `was` since then moves to stalled."""
     now = p.now.timestamp()
     advanced = epoch_seconds(((p.plan.status.get("progress") or {}).get("advanced") or {}).get("at"))
-    running = true_since(p.plan.status, Phase.RUNNING.value)
+    running = true_since(p.job.status, Phase.RUNNING.value)  # as the stall was judged: a restart for it ends it
     start = max(advanced or now, running.timestamp() if running else now)
     moved = min(seconds[was], usage.held_between(pods, units, start, now))
     seconds[was] -= moved
