@@ -66,10 +66,27 @@ def stalled_condition(cluster: Cluster, ns: str, job: str = JOB) -> dict[str, An
     return next((c for c in conditions if c.get("type") == "Stalled"), {})
 
 
-def not_stalled(cluster: Cluster, ns: str) -> str:
-    status = cluster.job_status(ns, JOB)
+def not_stalled(cluster: Cluster, ns: str, job: str) -> str:
+    status = cluster.job_status(ns, job)
     progress = {k: v for k, v in (status.get("progress") or {}).items() if k != "history"}
     return f"{status.get('phase')}, {status.get('conditions')}, {progress}"
+
+
+def stalled_then_restarted(cluster: Cluster, ns: str, job: str, frozen_at: float, what: str) -> None:
+    """The job Stalled within its timeout of the freeze, and restarted for it."""
+    try:
+        found = wait_for(lambda: (c := stalled_condition(cluster, ns, job)).get("status") == "True" and c,
+                         TIMEOUT + 60, "the Stalled condition", interval=0.5)
+    except AssertionError:
+        raise AssertionError(f"not Stalled: {not_stalled(cluster, ns, job)}") from None
+    found_in = time.monotonic() - frozen_at
+    record_timing("e2e", f"stall: {what} -> Stalled", found_in)
+    TIMED.append(f"e2e: stall: {found['message']}")
+    # The step stood from the last report before the freeze (at most 5 s before it): found within
+    # the timeout, less that, and a pass or two more; never before.
+    assert TIMEOUT - 6 <= found_in <= TIMEOUT + 20, (found_in, found)
+    restart = cluster.wait_event(ns, job, lambda e: e.reason == "TrainingStalled", "the restart for it", 30)
+    assert "restarting the whole job (restart 1 of" in restart.message, restart.message
 
 
 def test_a_frozen_rank_stalls_the_job_which_restarts_and_resumes_from_its_checkpoint(
@@ -86,19 +103,7 @@ def test_a_frozen_rank_stalls_the_job_which_restarts_and_resumes_from_its_checkp
         os.kill(pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
     try:
-        try:
-            found = wait_for(lambda: (c := stalled_condition(cluster, ns)).get("status") == "True" and c,
-                             TIMEOUT + 60, "the Stalled condition", interval=0.5)
-        except AssertionError:
-            raise AssertionError(f"not Stalled: {not_stalled(cluster, ns)}") from None
-        found_in = time.monotonic() - frozen_at
-        record_timing("e2e", "stall: rank frozen -> Stalled", found_in)
-        TIMED.append(f"e2e: stall: {found['message']}")
-        # The step stood from the last report before the freeze (at most 5 s before it): found within
-        # the timeout, less that, and a pass or two more; never before.
-        assert TIMEOUT - 6 <= found_in <= TIMEOUT + 20, (found_in, found)
-        restart = cluster.wait_event(ns, JOB, lambda e: e.reason == "TrainingStalled", "the restart for it", 30)
-        assert "restarting the whole job (restart 1 of" in restart.message, restart.message
+        stalled_then_restarted(cluster, ns, JOB, frozen_at, "rank frozen")
     finally:  # continued, a deleted pod's process takes its SIGTERM at once, not the kubelet's SIGKILL later
         for pid in frozen:
             with contextlib.suppress(ProcessLookupError):
@@ -162,14 +167,7 @@ def test_a_multiworkermirrored_worker_whose_training_thread_hangs_stalls_and_res
     frozen = FrozenThread(realnode.container_pid(victim.status.container_statuses[0].container_id))
     frozen_at = time.monotonic()
     try:
-        found = wait_for(lambda: (c := stalled_condition(cluster, ns, MWMS)).get("status") == "True" and c,
-                         TIMEOUT + 60, "the Stalled condition", interval=0.5)
-        found_in = time.monotonic() - frozen_at
-        record_timing("e2e", "stall: MWMS thread frozen -> Stalled", found_in)
-        TIMED.append(f"e2e: stall: {found['message']}")
-        assert TIMEOUT - 6 <= found_in <= TIMEOUT + 20, (found_in, found)
-        restart = cluster.wait_event(ns, MWMS, lambda e: e.reason == "TrainingStalled", "the restart for it", 30)
-        assert "restarting the whole job (restart 1 of" in restart.message, restart.message
+        stalled_then_restarted(cluster, ns, MWMS, frozen_at, "MWMS thread frozen")
     finally:
         frozen.release()
     old = {p.metadata.uid for p in first}

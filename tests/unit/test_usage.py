@@ -5,14 +5,13 @@ with the status writes the job makes anyway."""
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from typing import Any
 
-from disttrain.api.objects import JobRef
+from test_stall import ENDPOINT, REF, at, stamp  # its clock: every pod running from T0
+
 from disttrain.api.observed import ObservedPod, observe_pod
 from disttrain.api.parse import parse_spec
 from disttrain.api.progress import Report
-from disttrain.builders.progress import ProgressEndpoint
 from disttrain.control.status_writes import progress_wait, without_usage
 from disttrain.control.tombstones import Tombstones
 from disttrain.decide.passes import JobState
@@ -21,18 +20,6 @@ from disttrain.decide.policies import usage
 from disttrain.decide.progress import ProgressState, Reported
 from disttrain.decide.reconcile import reconcile
 from manifests import replica, tf_job
-
-REF = JobRef("mnist", "ml", "uid-1")
-T0 = datetime.datetime(2026, 11, 29, 12, 0, 0, tzinfo=datetime.UTC)
-ENDPOINT = ProgressEndpoint("https://disttrain-progress.ops.svc:8443", "ca")
-
-
-def at(seconds: float) -> datetime.datetime:
-    return T0 + datetime.timedelta(seconds=seconds)
-
-
-def stamp(seconds: float) -> str:
-    return at(seconds).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def job(**run_policy: Any) -> dict[str, Any]:
@@ -167,13 +154,18 @@ def test_a_pod_that_ended_holds_nothing_after_its_last_container_finished() -> N
     assert usage.held_seconds(seen, 2.0, at(50).timestamp(), at(100).timestamp()) == 0.0
 
 
+def at_step_50_since_100() -> dict[str, Any]:
+    """Running since -100, at step 50 since 100, counted until then as training."""
+    return {"phase": "Running", "startTime": stamp(-100),
+            "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": stamp(-100)}],
+            "progress": {"step": 50, "totalSteps": 10_000, "reportedAt": stamp(100),
+                         "advanced": {"at": stamp(100), "step": 50}},
+            "usage": {"resource": "nvidia.com/gpu", "seconds": {"training": 8 * 200.0}, "countedAt": stamp(100),
+                      "state": "training", "reached": {"step": 50}}}
+
+
 def test_a_stall_found_moves_the_seconds_since_the_last_new_step() -> None:
-    status = {"phase": "Running", "startTime": stamp(-100),
-              "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": stamp(-100)}],
-              "progress": {"step": 50, "totalSteps": 10_000, "reportedAt": stamp(100),
-                           "advanced": {"at": stamp(100), "step": 50}},
-              "usage": {"resource": "nvidia.com/gpu", "seconds": {"training": 8 * 200.0}, "countedAt": stamp(100),
-                        "state": "training", "reached": {"step": 50}}}
+    status = at_step_50_since_100()
     plan = step(status, 160, pods(-100), book(50, 100), spec=job(stallTimeoutSeconds=60))
     assert any(c["type"] == "Stalled" and c["status"] == "True" for c in plan.status["conditions"])
     got = plan.status["usage"]
@@ -210,13 +202,8 @@ def test_a_job_finished_before_usage_was_counted_is_left_alone() -> None:
 def test_a_stall_restarted_at_once_still_moves_its_seconds_to_stalled() -> None:
     """onStall Restart: the pass that finds the stall restarts the job (Running ends), and the seconds
     since the last new step are stalled all the same."""
-    status = {"phase": "Running", "startTime": stamp(-100),
-              "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": stamp(-100)}],
-              "progress": {"step": 50, "totalSteps": 10_000, "reportedAt": stamp(100),
-                           "advanced": {"at": stamp(100), "step": 50}},
-              "usage": {"resource": "nvidia.com/gpu", "seconds": {"training": 8 * 200.0}, "countedAt": stamp(100),
-                        "state": "training", "reached": {"step": 50}}}
-    plan = step(status, 160, pods(-100), book(50, 100), spec=job(stallTimeoutSeconds=60, onStall="Restart"))
+    plan = step(at_step_50_since_100(), 160, pods(-100), book(50, 100),
+                spec=job(stallTimeoutSeconds=60, onStall="Restart"))
     assert plan.status["phase"] == "Restarting"
     got = plan.status["usage"]
     assert got["seconds"] == {"training": 8 * 200.0, "stalled": 8 * 60.0} and got["state"] == "waiting"
