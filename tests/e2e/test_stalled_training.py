@@ -72,6 +72,16 @@ def not_stalled(cluster: Cluster, ns: str, job: str) -> str:
     return f"{status.get('phase')}, {status.get('conditions')}, {progress}"
 
 
+def resumes_and_succeeds(cluster: Cluster, ns: str, job: str, logs: dict[str, Any], reporter: str, started: float,
+                         timing: str) -> None:
+    """The new attempt's training starts from the epoch it saved, and the job succeeds, restarted once."""
+    start = logs[reporter].wait_event(lambda e: e.get("event") == "start", "where training starts")
+    TIMED.append(f"e2e: stall: {job} resumed at {start}")
+    assert start["resumed"] and start["epoch"] >= 1, start
+    status = finish(cluster, ns, job, started, logs, timing=timing)
+    assert status["restarts"] == 1, status
+
+
 def stalled_then_restarted(cluster: Cluster, ns: str, job: str, frozen_at: float, what: str) -> None:
     """The job Stalled within its timeout of the freeze, and restarted for it."""
     try:
@@ -112,12 +122,8 @@ def test_a_frozen_rank_stalls_the_job_which_restarts_and_resumes_from_its_checkp
                                     if p.metadata.uid not in old and p.status.phase == "Running"
                                     and p.metadata.name == f"{JOB}-launcher"]) and r, 240,
                      "the new attempt's launcher running", interval=0.5)
-    resumed = follow(ns, again)
-    start = resumed[f"{JOB}-launcher"].wait_event(lambda e: e.get("event") == "start", "where training starts")
-    TIMED.append(f"e2e: stall: resumed at {start}")
-    assert start["resumed"] and start["epoch"] >= 1, start
-    status = finish(cluster, ns, JOB, started, resumed, timing="horovod-keras frozen, stalled, restarted, resumed")
-    assert status["restarts"] == 1, status
+    resumes_and_succeeds(cluster, ns, JOB, follow(ns, again), f"{JOB}-launcher", started,
+                         "horovod-keras frozen, stalled, restarted, resumed")
     ended = stalled_condition(cluster, ns)
     assert ended.get("status") == "False", ended  # its new steps ended it, or its success did
     check_usage(cluster, ns, JOB, HOROVOD_CORES)
@@ -173,12 +179,8 @@ def test_a_multiworkermirrored_worker_whose_training_thread_hangs_stalls_and_res
     old = {p.metadata.uid for p in first}
     second = wait_for(lambda: (pods := wait_pods_running(cluster, ns, MWMS, 2, timeout=180))
                       and not old & {p.metadata.uid for p in pods} and pods, 180, "the new attempt's pods")
-    resumed = follow(ns, second)
-    start = resumed[f"{MWMS}-worker-0"].wait_event(lambda e: e.get("event") == "start", "where training starts")
-    TIMED.append(f"e2e: stall: MWMS resumed at {start}")
-    assert start["resumed"] and start["epoch"] >= 1, start
-    status = finish(cluster, ns, MWMS, started, resumed, timing="mnist-mwms thread frozen, stalled, restarted")
-    assert status["restarts"] == 1, status
+    resumes_and_succeeds(cluster, ns, MWMS, follow(ns, second), f"{MWMS}-worker-0", started,
+                         "mnist-mwms thread frozen, stalled, restarted")
     check_usage(cluster, ns, MWMS, {f"{MWMS}-worker-0": 0.5, f"{MWMS}-worker-1": 0.5})
 
 
