@@ -14,6 +14,7 @@ from disttrain.api.parse import parse_spec
 from disttrain.api.progress import Report
 from disttrain.control.status_writes import progress_wait, without_usage
 from disttrain.control.tombstones import Tombstones
+from disttrain.decide import usage_steps
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan
 from disttrain.decide.policies import usage
@@ -98,6 +99,7 @@ def test_the_status_writer_holds_a_count_back_until_due() -> None:
     written = WrittenStatus("1", "2", was, at=100.0)
     assert progress_wait(written, was, new, 101.0, usage_due=0) is None, "due now"
     assert progress_wait(written, was, new, 101.0, usage_due=5.0) == 4.0, "due with the next progress write"
+    assert progress_wait(written, was, new, 101.0, usage_due=300.0) == 299.0, "a stalled job's, 5 minutes on"
     assert progress_wait(written, was, {**new, "phase": "Failed"}, 101.0) is None, "along with a transition"
 
 
@@ -208,3 +210,25 @@ def test_a_stall_restarted_at_once_still_moves_its_seconds_to_stalled() -> None:
     got = plan.status["usage"]
     assert got["seconds"] == {"training": 8 * 200.0, "stalled": 8 * 60.0} and got["state"] == "waiting"
     assert plan.usage_write == 0
+
+
+def test_no_use_ever_goes_down_the_seconds_since_the_last_step_wait_unsettled() -> None:
+    """Prometheus reads a counter that goes down as a reset: the seconds since the training's last new
+    step are unsettled until it reports one (training) or is found stalled (stalled), never moved
+    after being counted as one use. A stalled job, which makes no other write, is written every 5
+    minutes."""
+    status, seen = at_step_50_since_100(), []
+    for now in (110, 130, 150, 161, 400, 700):
+        plan = step(status, now, pods(-100), book(50, 100), spec=job(stallTimeoutSeconds=60))
+        status = plan.status
+        seen.append(dict(status["usage"]["seconds"]))
+        got = status["usage"]
+        assert abs(sum(got["seconds"].values()) + got.get("unsettledSeconds", 0) - got["allocatedSeconds"]) < 0.2
+    for earlier, later in zip(seen, seen[1:], strict=False):
+        assert all(later.get(use, 0) >= value for use, value in earlier.items()), (earlier, later)
+    assert seen[2] == {"training": 1600.0}, "nothing settled while the step stands, short of the timeout"
+    assert seen[3] == {"training": 1600.0, "stalled": 8 * 61.0}
+    assert plan.usage_write == usage_steps.STALLED_WRITE_SECONDS
+    assert plan.requeue_after is not None and plan.requeue_after <= usage_steps.STALLED_WRITE_SECONDS
+    moved = step(status, 710, pods(-100), book(51, 705), spec=job(stallTimeoutSeconds=60)).status["usage"]
+    assert moved["state"] == "training" and moved["seconds"]["stalled"] == 8 * 610.0

@@ -22,6 +22,8 @@ def printer_columns() -> list[Schema]:
          "description": "An elastic job's workers in discovery now."},
         {"name": "Started", "type": "date", "jsonPath": ".status.startTime", "priority": 1},
         {"name": "Completed", "type": "date", "jsonPath": ".status.completionTime", "priority": 1},
+        {"name": "Stalled", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Stalled\")].status",
+         "priority": 1, "description": "True while the training's reported step stands still past its timeout."},
         {"name": "GPU-Hours", "type": "number", "jsonPath": ".status.usage.gpuHours", "priority": 1,
          "description": "GPU-hours the job's pods have held, as of status.usage.countedAt."},
         {"name": "CPU-Hours", "type": "number", "jsonPath": ".status.usage.cpuHours", "priority": 1,

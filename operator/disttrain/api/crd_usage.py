@@ -11,7 +11,8 @@ _USE_WORDS = {
     "redone": "Running again after a restart, short of the furthest step reached before",
     "waiting": "Pending or Restarting: pods up while the others are made, scheduled or torn down",
     "checkpoint": "a stop's checkpoint hold (status.checkpoint)",
-    "stalled": "the Stalled condition, from the training's last new step",
+    "stalled": "Running and found stalled, from the training's last new step on (a restart for it is waiting, "
+               "then redone)",
     "other": "held by a job queued, suspended or finished (its last pods going)",
 }
 
@@ -34,12 +35,15 @@ def usage_status_schema() -> Schema:
         "properties": {
             "resource": string_field("What is counted: nvidia.com/gpu, or cpu for a job without GPUs."),
             "allocatedSeconds": _seconds("Resource-seconds held in all (GPU-seconds, or CPU core-seconds): the "
-                                         "sum of seconds."),
+                                         "sum of seconds and unsettledSeconds."),
             "gpuHours": _seconds("allocatedSeconds in hours, for a GPU job."),
             "cpuHours": _seconds("allocatedSeconds in hours, for a job without GPUs."),
             "goodputPercent": int_field("seconds.training / allocatedSeconds, in percent.", minimum=0, maximum=100),
             "seconds": {"type": "object", "description": "allocatedSeconds split by use (a use with none is left out).",
                         "properties": {use: _seconds(words) for use, words in _USE_WORDS.items()}},
+            "unsettledSeconds": _seconds("Resource-seconds held since the training's last new step, Running: "
+                                         "training (or redone) once it reports a new one, stalled if it is found "
+                                         "stalled first. Part of allocatedSeconds, in no use yet."),
             "countedAt": string_field("When the totals were counted up to.", format="date-time"),
             "state": enum_field("What the held seconds count as since countedAt.", list(USES)),
             "reached": {"type": "object", "description": "The furthest position the training reported, over all "

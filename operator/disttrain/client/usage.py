@@ -1,8 +1,8 @@
 """The lines `disttrain progress` adds for a job's usage (status.usage) and a stall: pure
 functions of the job's status and the clock.
 
+      Stalled (12m ago): the training has reported step 1500 since ...; runPolicy.onStall is Report: ...
       GPU-hours 2.14, goodput 81% (counted 12s ago): training 81%  redone 9%  waiting 6%  stalled 4%
-      Stalled since 14:02:10: the training has reported step 1500 since ... (runPolicy.onStall is Report)
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ def usage_lines(status: Mapping[str, Any], now: datetime.datetime) -> list[str]:
         head += f", goodput {_number(found.get('goodputPercent')):.0f}%"
     head += f" (counted {ago(found.get('countedAt'), now)})"
     seconds = found["seconds"]
-    split = [f"{use} {100 * _number(seconds.get(use)) / total:.0f}%" for use in USES
-             if total > 0 and _number(seconds.get(use)) > 0]
+    shares = [(use, _number(seconds.get(use))) for use in USES]
+    shares.append(("unsettled", _number(found.get("unsettledSeconds"))))  # since the last new step
+    split = [f"{use} {100 * value / total:.0f}%" for use, value in shares if total > 0 and value > 0]
     lines.append(head + (": " + "  ".join(split) if split else ""))
     return lines
 

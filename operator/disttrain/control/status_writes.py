@@ -90,7 +90,7 @@ def progress_wait(written: WrittenStatus | None, current: Mapping[str, Any], new
                   now: float, reported_interval: float = REPORTED_PROGRESS_INTERVAL,
                   usage_due: float | None = None) -> float | None:
     """Seconds to hold a progress-only status change back; None to write now. `usage_due`: the
-    plan's usage_write (a usage count due now, 0, or within PROGRESS_WRITE_INTERVAL)."""
+    plan's usage_write (a usage count due now, 0, or that long after the job's last write)."""
     if written is None or new == current:
         return None
     changed = {k for k in current.keys() | new.keys() if current.get(k) != new.get(k)}
@@ -103,7 +103,11 @@ def progress_wait(written: WrittenStatus | None, current: Mapping[str, Any], new
         progress |= {"message"}  # the same reason's message, its counts moved on ("412/1024 pods scheduled")
     if not changed - {"conditions"} <= progress:
         return None
-    interval = reported_interval if changed - {USAGE} == {REPORTED} else PROGRESS_WRITE_INTERVAL
+    rest = changed - {USAGE}
+    if rest == {REPORTED}:
+        interval = reported_interval
+    else:
+        interval = usage_due if not rest and usage_due is not None else PROGRESS_WRITE_INTERVAL
     wait = written.at + interval - now
     return wait if wait > 0 else None
 

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from disttrain.api.crd_usage import USES
-from disttrain.api.observed import ObservedPod
 from disttrain.api.status import Phase, micro_timestamp, true_since
 from disttrain.api.times import epoch_seconds
 from disttrain.decide.passes import Pass
@@ -17,6 +16,9 @@ from disttrain.decide.policies import usage
 # progress does (control/status_writes.py), so a 1,024-pod job's pods going make a write every
 # 5 s, not one per pod.
 DEPARTED_WRITE_SECONDS = 5.0
+# How often a stalled job's count goes out: it makes no other write, and is the one whose GPUs'
+# cost matters most to see growing; a minute's writes for each stalled job would be 12 an hour more.
+STALLED_WRITE_SECONDS = 300.0
 
 
 def count(p: Pass, stalled: str | None) -> None:
@@ -29,7 +31,7 @@ def count(p: Pass, stalled: str | None) -> None:
     now = p.now.timestamp()
     since = epoch_seconds((before or {}).get("countedAt"))
     since = None if since is None else min(since, now)  # a countedAt ahead of the clock counts nothing twice
-    seconds = _kept(before)
+    seconds, unsettled = _kept(before), _number((before or {}).get("unsettledSeconds"))
     pods = [*p.own, *(d for d in p.job.departed if d.owner_uid == p.job.ref.uid)]
     phase = Phase(p.plan.status.get("phase") or Phase.PENDING)
     reached, redoing = _reached((before or {}).get("reached"), p.plan.status, phase)
@@ -39,30 +41,46 @@ def count(p: Pass, stalled: str | None) -> None:
     if was not in USES:  # a first count (an operator upgraded under the job): by the phase it was in
         was = usage.use_of(Phase(p.job.status.get("phase") or Phase.PENDING), bool(p.job.status.get("checkpoint")),
                            False, False)
-    seconds[was] += usage.held_between(pods, units, since, now)
-    if stalled is not None and was in ("training", "redone"):
-        _move_stall(p, pods, units, seconds, was)
+    held = usage.held_between(pods, units, since, now)
+    if was in usage.STEPPING and _steps_reported(p.plan.status):
+        unsettled += held  # training or a stall, told when the step moves or the stall is found
+    else:
+        seconds[was] += held
+    if unsettled and stalled is not None:
+        seconds["stalled"] += unsettled  # stalled since its last new step
+        unsettled = 0.0
+    elif unsettled and (use != was or _moved(p.job.status, p.plan.status) or not _steps_reported(p.plan.status)):
+        seconds[was] += unsettled
+        unsettled = 0.0
     unchanged = before is not None and (before.get("state"), before.get("reached")) == (use, reached)
-    if unchanged and seconds == _kept(before):
+    if unchanged and seconds == _kept(before) and unsettled == _number(before.get("unsettledSeconds")):
         return  # nothing held since, nothing new: the status stays as it is (a pass compares it)
-    p.plan.status["usage"] = usage.counted(resource, seconds, micro_timestamp(p.now), use, reached)
+    p.plan.status["usage"] = usage.counted(resource, seconds, unsettled, micro_timestamp(p.now), use, reached)
+    _when_written(p, before, use, since)
+
+
+def _when_written(p: Pass, before: Mapping[str, Any] | None, use: str, since: float | None) -> None:
     if before is not None and before.get("state") != use:
         p.plan.usage_write = 0.0
     elif any(d.ended_at is not None and (since is None or d.ended_at > since) for d in p.job.departed):
         p.plan.usage_write = DEPARTED_WRITE_SECONDS
+    elif use == "stalled":
+        # A hung job makes no other write: what it holds is shown growing, every STALLED_WRITE_SECONDS.
+        p.plan.usage_write = STALLED_WRITE_SECONDS
+        p.plan.requeue_within(STALLED_WRITE_SECONDS)
 
 
-def _move_stall(p: Pass, pods: list[ObservedPod], units: Mapping[str, float], seconds: dict[str, float],
-                was: str) -> None:
-    """A stall found now began at the training's last new step (or its pods' start, if none since):
-    what was counted as `was` since then moves to stalled."""
-    now = p.now.timestamp()
-    advanced = epoch_seconds(((p.plan.status.get("progress") or {}).get("advanced") or {}).get("at"))
-    running = true_since(p.job.status, Phase.RUNNING.value)  # as the stall was judged: a restart for it ends it
-    start = max(advanced or now, running.timestamp() if running else now)
-    moved = min(seconds[was], usage.held_between(pods, units, start, now))
-    seconds[was] -= moved
-    seconds["stalled"] += moved
+def _steps_reported(status: Mapping[str, Any]) -> bool:
+    """Whether the training reports a step or an epoch (status.progress.advanced): only then can its
+    Running seconds turn out to be a stall."""
+    return bool((status.get("progress") or {}).get("advanced"))
+
+
+def _moved(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether the training reported a new step (or epoch) in this pass."""
+    def at(status: Mapping[str, Any]) -> Any:
+        return ((status.get("progress") or {}).get("advanced") or {}).get("at")
+    return at(before) != at(after)
 
 
 def _kept(before: Mapping[str, Any] | None) -> dict[str, float]:

@@ -42,6 +42,7 @@ from disttrain.api.status import FINISHED, Phase
 from disttrain.builders.resources import pod_requests, template_gpus
 
 CPU = "cpu"
+STEPPING = ("training", "redone")  # the uses whose seconds wait to be told from a stall (unsettledSeconds)
 
 
 def units_by_type(spec: JobSpec) -> tuple[str, dict[str, float]]:
@@ -93,18 +94,21 @@ def position_key(progress: Mapping[str, Any]) -> tuple[int, int] | None:
     return (int(epoch) if epoch is not None else -1, int(step) if step is not None else -1)
 
 
-def counted(resource: str, seconds: Mapping[str, float], counted_at: str,
-            use: str, reached: Mapping[str, Any] | None) -> dict[str, Any]:
+def counted(resource: str, seconds: Mapping[str, float], unsettled: float, counted_at: str, use: str,
+            reached: Mapping[str, Any] | None) -> dict[str, Any]:
     """`status.usage` with these totals: each use to a tenth of a second, and the allocated total
-    their sum (so the split always adds up), in hours and as goodput."""
+    their sum with the unsettled seconds (so the split always adds up), in hours and as goodput."""
     split = {name: round(seconds.get(name, 0.0), 1) for name in USES}
-    allocated = round(sum(split.values()), 1)
+    waiting = round(unsettled, 1)
+    allocated = round(sum(split.values()) + waiting, 1)
     out: dict[str, Any] = {
         "resource": resource, "allocatedSeconds": allocated,
         "seconds": {name: value for name, value in split.items() if value},
         "goodputPercent": round(100 * split["training"] / allocated) if allocated else 0,
         "countedAt": counted_at, "state": use,
     }
+    if waiting:
+        out["unsettledSeconds"] = waiting
     out["gpuHours" if resource == GPU_RESOURCE else "cpuHours"] = round(allocated / 3600, 2)
     if reached:
         out["reached"] = dict(reached)
