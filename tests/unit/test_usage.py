@@ -5,6 +5,7 @@ with the status writes the job makes anyway."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 from test_stall import ENDPOINT, REF, at, stamp  # its clock: every pod running from T0
@@ -224,7 +225,7 @@ def test_no_use_ever_goes_down_the_seconds_since_the_last_step_wait_unsettled() 
         seen.append(dict(status["usage"]["seconds"]))
         got = status["usage"]
         assert abs(sum(got["seconds"].values()) + got.get("unsettledSeconds", 0) - got["allocatedSeconds"]) < 0.2
-    for earlier, later in zip(seen, seen[1:], strict=False):
+    for earlier, later in itertools.pairwise(seen):
         assert all(later.get(use, 0) >= value for use, value in earlier.items()), (earlier, later)
     assert seen[2] == {"training": 1600.0}, "nothing settled while the step stands, short of the timeout"
     assert seen[3] == {"training": 1600.0, "stalled": 8 * 61.0}
