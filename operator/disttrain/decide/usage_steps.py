@@ -52,8 +52,9 @@ def count(p: Pass, stalled: str | None) -> None:
     elif unsettled and (use != was or _moved(p.job.status, p.plan.status) or not _steps_reported(p.plan.status)):
         seconds[was] += unsettled
         unsettled = 0.0
-    unchanged = before is not None and (before.get("state"), before.get("reached")) == (use, reached)
-    if unchanged and seconds == _kept(before) and unsettled == _number(before.get("unsettledSeconds")):
+    kept = before or {}
+    if (before is not None and (kept.get("state"), kept.get("reached")) == (use, reached)
+            and seconds == _kept(before) and unsettled == _number(kept.get("unsettledSeconds"))):
         return  # nothing held since, nothing new: the status stays as it is (a pass compares it)
     p.plan.status["usage"] = usage.counted(resource, seconds, unsettled, micro_timestamp(p.now), use, reached)
     _when_written(p, before, use, since)
@@ -80,7 +81,7 @@ def _moved(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     """Whether the training reported a new step (or epoch) in this pass."""
     def at(status: Mapping[str, Any]) -> Any:
         return ((status.get("progress") or {}).get("advanced") or {}).get("at")
-    return at(before) != at(after)
+    return bool(at(before) != at(after))
 
 
 def _kept(before: Mapping[str, Any] | None) -> dict[str, float]:
