@@ -109,10 +109,10 @@ def test_a_frozen_rank_stalls_the_job_which_restarts_and_resumes_from_its_checkp
     launcher.wait_event(lambda e: e.get("event") == "epoch_end", "the first epoch's end (its save)")
     old = {p.metadata.uid for p in pods}
     frozen = wait_for(lambda: rank_processes(cluster, ns, f"{JOB}-worker-1"), 30, "rank 1's process")
-    for pid in frozen:
-        os.kill(pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
     try:
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
         stalled_then_restarted(cluster, ns, JOB, frozen_at, "rank frozen")
     finally:  # continued, a deleted pod's process takes its SIGTERM at once, not the kubelet's SIGKILL later
         for pid in frozen:
@@ -137,23 +137,35 @@ class FrozenThread:
     left running: a training whose main thread hangs while its runtime's threads go on, as in a
     collective deadlock. (A SIGSTOP stops every thread, TensorFlow's coordination-service heartbeat
     among them: worker 0 then exits 1 about 13 s later, "The tasks have crashed".) Released by
-    PTRACE_DETACH; killed with its process (a fatal signal wakes a traced thread)."""
+    PTRACE_DETACH. A traced process that dies is reaped by its tracer only (the kernel shows a traced
+    zombie to no one else: its container would never be seen to exit), so `release` reaps it then."""
 
     SEIZE, INTERRUPT, DETACH, WALL = 0x4206, 0x4207, 17, 0x40000000
 
     def __init__(self, tid: int) -> None:
         import ctypes
 
-        self.tid = tid
+        self.tid, self.ctypes = tid, ctypes
         self.libc = ctypes.CDLL(None, use_errno=True)
         self.libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-        for request in (self.SEIZE, self.INTERRUPT):
-            if self.libc.ptrace(request, tid, None, None) != 0:
-                raise OSError(ctypes.get_errno(), f"ptrace {request:#x} on thread {tid}")
-        os.waitpid(tid, self.WALL)  # its stop, reported to us as its tracer
+        if self.libc.ptrace(self.SEIZE, tid, None, None) != 0:
+            raise OSError(ctypes.get_errno(), f"ptrace SEIZE of thread {tid}")
+        try:
+            if self.libc.ptrace(self.INTERRUPT, tid, None, None) != 0:
+                raise OSError(ctypes.get_errno(), f"ptrace INTERRUPT of thread {tid}")
+            # Its stop, reported to us as its tracer; not forever (a thread in D state stops later).
+            wait_for(lambda: os.waitpid(tid, os.WNOHANG | self.WALL)[0] == tid, 10, f"thread {tid} stopped",
+                     interval=0.05)
+        except BaseException:
+            self.release()
+            raise
 
     def release(self) -> None:
-        self.libc.ptrace(self.DETACH, self.tid, None, None)  # ESRCH once its process is gone: nothing to do
+        if self.libc.ptrace(self.DETACH, self.tid, None, None) == 0:
+            return
+        # Not in a stop we can detach from: gone (ESRCH), or dead and waiting for us to reap it.
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(self.tid, os.WNOHANG | self.WALL)
 
 
 def test_a_multiworkermirrored_worker_whose_training_thread_hangs_stalls_and_resumes(
@@ -170,7 +182,10 @@ def test_a_multiworkermirrored_worker_whose_training_thread_hangs_stalls_and_res
     logs = follow(ns, first)
     logs[f"{MWMS}-worker-1"].wait_event(lambda e: e.get("event") == "epoch_end", "the first epoch's end (its save)")
     victim = next(p for p in first if p.metadata.name == f"{MWMS}-worker-1")
-    frozen = FrozenThread(realnode.container_pid(victim.status.container_statuses[0].container_id))
+    main = realnode.container_pid(victim.status.container_statuses[0].container_id)
+    # The container's first process is the training itself (the example's command): its main thread is Keras's.
+    assert b"train.py" in Path(f"/proc/{main}/cmdline").read_bytes(), Path(f"/proc/{main}/cmdline").read_bytes()
+    frozen = FrozenThread(main)
     frozen_at = time.monotonic()
     try:
         stalled_then_restarted(cluster, ns, MWMS, frozen_at, "MWMS thread frozen")
@@ -189,10 +204,14 @@ def test_a_multiworkermirrored_worker_whose_training_thread_hangs_stalls_and_res
 HOROVOD_CORES = {f"{JOB}-launcher": 0.1, f"{JOB}-worker-0": 0.5, f"{JOB}-worker-1": 0.5}
 
 
-def event_time(cluster: Cluster, ns: str, job: str, reason: str, nth: int = 0) -> float:
-    found = sorted((e for e in cluster.events(ns, job) if e.reason == reason), key=lambda e: e.first_timestamp)
-    assert len(found) > nth, f"no event {reason} #{nth + 1}: {[e.reason for e in cluster.events(ns, job)]}"
-    return float(found[nth].first_timestamp.timestamp())
+def event_times(cluster: Cluster, ns: str, job: str, reason: str) -> list[float]:
+    found = sorted(float(e.first_timestamp.timestamp()) for e in cluster.events(ns, job) if e.reason == reason)
+    assert found, f"no event {reason}: {[e.reason for e in cluster.events(ns, job)]}"
+    return found
+
+
+def event_time(cluster: Cluster, ns: str, job: str, reason: str) -> float:
+    return event_times(cluster, ns, job, reason)[0]
 
 
 def check_usage(cluster: Cluster, ns: str, job: str, cores: dict[str, float]) -> None:
@@ -207,16 +226,22 @@ def check_usage(cluster: Cluster, ns: str, job: str, cores: dict[str, float]) ->
         held = [p for p in pods if p.status.phase in ("Pending", "Running")]
         usage = cluster.job_status(ns, job).get("usage") or {}
         return usage if not held and usage.get("state") == "other" else None
-    wait_for(settled, 60, "the job's last pods gone and counted", interval=1)
-    time.sleep(6)  # a pod gone is counted within 5 s of going
-    usage = cluster.job_status(ns, job)["usage"]
+    wait_for(settled, 60, "the job's last pods gone", interval=1)
+
+    def unchanged_for_8s() -> dict[str, Any] | None:  # a pod gone is counted within 5 s of its going
+        first = cluster.job_status(ns, job)["usage"]
+        time.sleep(8)
+        return first if cluster.job_status(ns, job)["usage"] == first else None
+    usage = wait_for(unchanged_for_8s, 60, "the last count written")
     split = usage["seconds"]
     TIMED.append(f"e2e: stall: {job} usage {usage}")
     assert usage["resource"] == "cpu" and abs(sum(split.values()) - usage["allocatedSeconds"]) <= 0.1 * len(split)
     ended = {p.metadata.name: max(cs.state.terminated.finished_at.timestamp() for cs in p.status.container_statuses)
              for p in cluster.pods(ns, f"disttrain.dev/job-name={job}") if p.status.phase == "Succeeded"}
-    first = event_time(cluster, ns, job, "TrainingStalled") - event_time(cluster, ns, job, "AllPodsRunning")
-    second, done = event_time(cluster, ns, job, "AllPodsRunning", 1), event_time(cluster, ns, job, "JobSucceeded")
+    stalled = event_time(cluster, ns, job, "TrainingStalled")
+    first = stalled - event_time(cluster, ns, job, "AllPodsRunning")
+    second = min(t for t in event_times(cluster, ns, job, "AllPodsRunning") if t > stalled)  # the new attempt's
+    done = event_time(cluster, ns, job, "JobSucceeded")
     by_hand = sum(units * (first + min(ended.get(pod, done), done) - second) for pod, units in cores.items())
     counted = split.get("training", 0) + split.get("redone", 0) + split.get("stalled", 0)
     TIMED.append(f"e2e: stall: {job}: {counted:.1f} core-seconds Running (training, redone, stalled); "

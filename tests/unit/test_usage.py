@@ -15,7 +15,6 @@ from disttrain.api.parse import parse_spec
 from disttrain.api.progress import Report
 from disttrain.control.status_writes import progress_wait, without_usage
 from disttrain.control.tombstones import Tombstones
-from disttrain.decide import usage_steps
 from disttrain.decide.passes import JobState
 from disttrain.decide.plan import Plan
 from disttrain.decide.policies import usage
@@ -119,7 +118,7 @@ def test_steps_done_again_after_a_restart_are_redone_until_past_the_furthest_rea
     assert resumed.status["usage"]["seconds"] == {"training": 800.0, "waiting": 8 * 5.0, "redone": 8 * 15.0}
     past = step(resumed.status, 60, pods(-5), book(901, 60))
     got = past.status["usage"]
-    assert got["state"] == "training" and past.usage_write == 0
+    assert got["state"] == "training" and past.usage_write is None, "rides with the progress write it comes with"
     assert got["seconds"] == {"training": 800.0, "waiting": 40.0, "redone": 8 * 55.0}
     assert got["reached"] == {"step": 901}
 
@@ -200,6 +199,67 @@ def test_what_a_status_writer_put_in_usage_is_read_as_nothing_when_it_isnt_a_cou
 def test_a_job_finished_before_usage_was_counted_is_left_alone() -> None:
     done = {"phase": "Succeeded", "completionTime": stamp(0), "startTime": stamp(-100)}
     assert "usage" not in step(done, 60, []).status
+    stones = Tombstones(now=lambda: at(70).timestamp())
+    stones.pod_deleted(("ml", "mnist"), pods()[1])
+    assert stones.departed_of(("ml", "mnist"), done) == () and stones.departed == {}, "never counted: not kept"
+
+
+def test_counts_past_any_real_job_or_an_unreadable_time_never_crash_or_count_twice() -> None:
+    running = {"phase": "Running", "startTime": stamp(-10),
+               "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": stamp(0)}]}
+    for huge in (1e307, 1.7e308, float("inf"), float("nan")):
+        hostile = {**running, "usage": {"seconds": {"training": huge, "waiting": huge}, "countedAt": stamp(0),
+                                        "state": "waiting"}}
+        got = step(hostile, 60, pods()).status["usage"]
+        assert got["seconds"] == {"waiting": 8 * 60.0}, (huge, got)
+    no_time = {**running, "usage": {"seconds": {"training": 100.0}, "state": "training", "countedAt": "+14:60"}}
+    got = step(no_time, 60, pods()).status["usage"]
+    assert got["seconds"] == {"training": 100.0}, "counted before, its time unreadable: nothing counted again"
+    stones = Tombstones(now=lambda: at(70).timestamp())
+    stones.pod_deleted(("ml", "mnist"), pods()[1])
+    ahead = {**running, "usage": {"countedAt": stamp(10_000)}}
+    # Counted "up to" the future is counted up to now (usage_steps: nothing held before now counts again),
+    # so a pod gone before now is let go: a status writer can only take from its own job's count.
+    assert stones.departed_of(("ml", "mnist"), ahead) == ()
+
+
+def test_the_pass_that_restarts_the_job_keeps_the_step_it_reached() -> None:
+    """The step this attempt reached, shown in the pass that ends it (its progress not yet written),
+    is the one the next attempt redoes up to."""
+    status = {**at_step_50_since_100(), "progress": {"step": 50, "totalSteps": 10_000, "reportedAt": stamp(100),
+                                                     "advanced": {"at": stamp(100), "step": 50}}}
+    plan = step(status, 120, pods(-100), book(90, 118), spec=job(stallTimeoutSeconds=60, onStall="Restart"))
+    assert plan.status["usage"]["reached"] == {"step": 90}
+
+
+def test_a_running_job_that_writes_nothing_else_is_counted_every_30_minutes() -> None:
+    running = step(pending(), 10, pods()).status
+    quiet = step(running, 100, pods())
+    assert quiet.usage_write is None and quiet.requeue_after is not None and quiet.requeue_after <= 1710
+    due = step(running, 1811, pods())
+    assert due.usage_write == 0 and due.status["usage"]["seconds"]["training"] == 8 * 1801.0
+
+
+def test_an_mpi_job_with_dra_gpus_stays_counted_in_gpus_once_finished() -> None:
+    """A finished job's claims aren't read again (control/claims.py): the count kept in its status
+    says its workers' GPUs."""
+    from manifests import mpi_job
+
+    spec = mpi_job("hvd", workers=2, gpus=0)
+    done = {"phase": "Succeeded", "completionTime": stamp(50), "startTime": stamp(-10), "claimedGPUsPerWorker": 2,
+            "usage": {"resource": "nvidia.com/gpu", "seconds": {"training": 100.0}, "countedAt": stamp(50),
+                      "state": "other"}}
+    worker = dataclasses.replace(pod("worker", 0), name="hvd-worker-0")
+    got = step(done, 60, [worker], spec=spec).status["usage"]
+    assert got["resource"] == "nvidia.com/gpu" and got["seconds"] == {"training": 100.0, "other": 20.0}
+
+
+def test_a_pod_refused_by_the_kubelet_ended_when_its_conditions_last_changed() -> None:
+    body = {"metadata": {"name": "p", "uid": "u"}, "spec": {"nodeName": "n"},
+            "status": {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                       "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp(0)},
+                                      {"type": "Ready", "status": "False", "lastTransitionTime": stamp(3)}]}}
+    assert observe_pod(body).ended_at == at(3).timestamp()
 
 
 def test_a_stall_restarted_at_once_still_moves_its_seconds_to_stalled() -> None:
@@ -218,10 +278,11 @@ def test_no_use_ever_goes_down_the_seconds_since_the_last_step_wait_unsettled() 
     step are unsettled until it reports one (training) or is found stalled (stalled), never moved
     after being counted as one use. A stalled job, which makes no other write, is written every 5
     minutes."""
-    status, seen = at_step_50_since_100(), []
-    for now in (110, 130, 150, 161, 400, 700):
+    status, seen, plans = at_step_50_since_100(), [], []
+    for now in (110, 130, 150, 161, 300, 470):
         plan = step(status, now, pods(-100), book(50, 100), spec=job(stallTimeoutSeconds=60))
         status = plan.status
+        plans.append(plan)
         seen.append(dict(status["usage"]["seconds"]))
         got = status["usage"]
         assert abs(sum(got["seconds"].values()) + got.get("unsettledSeconds", 0) - got["allocatedSeconds"]) < 0.2
@@ -229,7 +290,9 @@ def test_no_use_ever_goes_down_the_seconds_since_the_last_step_wait_unsettled() 
         assert all(later.get(use, 0) >= value for use, value in earlier.items()), (earlier, later)
     assert seen[2] == {"training": 1600.0}, "nothing settled while the step stands, short of the timeout"
     assert seen[3] == {"training": 1600.0, "stalled": 8 * 61.0}
-    assert plan.usage_write == usage_steps.STALLED_WRITE_SECONDS
-    assert plan.requeue_after is not None and plan.requeue_after <= usage_steps.STALLED_WRITE_SECONDS
+    assert plans[3].usage_write == 0, "found: written at once"
+    assert plans[4].usage_write is None and (plans[4].requeue_after or 999) <= 161, "then 5 minutes after that write"
+    unwritten = step(plans[3].status, 470, pods(-100), book(50, 100), spec=job(stallTimeoutSeconds=60))
+    assert unwritten.usage_write == 0, "the count written at 161 (the pass at 300 wrote nothing): due at 461"
     moved = step(status, 710, pods(-100), book(51, 705), spec=job(stallTimeoutSeconds=60)).status["usage"]
     assert moved["state"] == "training" and moved["seconds"]["stalled"] == 8 * 610.0

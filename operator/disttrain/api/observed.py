@@ -130,12 +130,16 @@ def scheduled_at(status: Mapping[str, Any]) -> float | None:
 
 def ended_at(status: Mapping[str, Any]) -> float | None:
     """When a pod in a terminal phase ended: its last container's finishedAt (the kubelet frees its
-    devices then, and the scheduler stops counting it); None while it may still run."""
+    devices then, and the scheduler stops counting it), an init container's when its containers never
+    ran, else its conditions' last change (a pod the kubelet refused ran nothing: its scheduling);
+    None while it may still run."""
     if status.get("phase") not in ("Succeeded", "Failed"):
         return None
-    ends = [epoch_seconds(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-            for cs in status.get("containerStatuses") or []]
+    statuses = [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]
+    ends = [epoch_seconds(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")) for cs in statuses]
     known = [end for end in ends if end is not None]
+    if not known:
+        known = [t for c in status.get("conditions") or [] if (t := epoch_seconds(c.get("lastTransitionTime")))]
     return max(known) if known else None
 
 

@@ -68,8 +68,12 @@ class Tombstones:
         if not held:
             return ()
         usage = status.get("usage")
+        if not isinstance(usage, Mapping) and status.get("phase") in ("Succeeded", "Failed"):
+            del self.departed[key]  # finished before usage was counted: never counted (usage_steps.py)
+            return ()
         counted_at = epoch_seconds(usage.get("countedAt")) if isinstance(usage, Mapping) else None
         if counted_at is not None:
+            counted_at = min(counted_at, self.now())  # one ahead of the clock (a status writer's) counts up to now
             for uid in [u for u, p in held.items() if p.ended_at is not None and p.ended_at <= counted_at]:
                 del held[uid]
             if not held:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from disttrain.api.constants import CLAIMED_GPUS
 from disttrain.api.crd_usage import USES
 from disttrain.api.status import Phase, micro_timestamp, true_since
 from disttrain.api.times import epoch_seconds
@@ -16,9 +17,15 @@ from disttrain.decide.policies import usage
 # progress does (control/status_writes.py), so a 1,024-pod job's pods going make a write every
 # 5 s, not one per pod.
 DEPARTED_WRITE_SECONDS = 5.0
-# How often a stalled job's count goes out: it makes no other write, and is the one whose GPUs'
-# cost matters most to see growing; a minute's writes for each stalled job would be 12 an hour more.
+# How long a count may go unwritten while the job holds GPUs and makes no other write: a stalled job
+# (the one whose cost matters most to see growing), and any other (a training that reports nothing is
+# otherwise counted only at its transitions, and what its pods held since is lost if one goes unseen:
+# a watch's gap, an operator down). Measured from the last count written, so a restarted operator
+# doesn't write every job at once; a job that writes its progress never reaches them.
 STALLED_WRITE_SECONDS = 300.0
+IDLE_WRITE_SECONDS = 1800.0
+# Uses the pass's other writes don't show: a change between them rides with the next write.
+QUIET_CHANGES = frozenset({frozenset({"training", "redone"})})
 
 
 def count(p: Pass, stalled: str | None) -> None:
@@ -27,17 +34,22 @@ def count(p: Pass, stalled: str | None) -> None:
     before = before if isinstance(before, Mapping) else None
     if usage.finished_without_usage(Phase(p.job.status.get("phase") or Phase.PENDING), before):
         return
-    resource, units = usage.units_by_type(p.spec)
+    kept = before or {}
+    resource, units = usage.units_by_type(p.spec, p.job.status.get(CLAIMED_GPUS))
+    if kept.get("resource") not in (None, resource):
+        units = {}  # counted in one resource for good: a job's can't be told now (its claims unread) counts nothing
     now = p.now.timestamp()
-    since = epoch_seconds((before or {}).get("countedAt"))
-    since = None if since is None else min(since, now)  # a countedAt ahead of the clock counts nothing twice
-    seconds, unsettled = _kept(before), _number((before or {}).get("unsettledSeconds"))
+    since = epoch_seconds(kept.get("countedAt"))
+    if since is None and kept.get("seconds"):
+        since = now  # counted before, its time unreadable (a status writer's): nothing is counted twice
+    since = None if since is None else min(since, now)  # a countedAt ahead of the clock, likewise
+    seconds, unsettled = _kept(before), _number(kept.get("unsettledSeconds"))
     pods = [*p.own, *(d for d in p.job.departed if d.owner_uid == p.job.ref.uid)]
     phase = Phase(p.plan.status.get("phase") or Phase.PENDING)
-    reached, redoing = _reached((before or {}).get("reached"), p.plan.status, phase)
+    reached, redoing = _reached(kept.get("reached"), p.job.status, p.plan.status, phase)
     use = usage.use_of(phase, bool(p.plan.status.get("checkpoint")), stalled is not None and phase is Phase.RUNNING,
                        redoing)
-    was = (before or {}).get("state")
+    was = kept.get("state")
     if was not in USES:  # a first count (an operator upgraded under the job): by the phase it was in
         was = usage.use_of(Phase(p.job.status.get("phase") or Phase.PENDING), bool(p.job.status.get("checkpoint")),
                            False, False)
@@ -52,23 +64,32 @@ def count(p: Pass, stalled: str | None) -> None:
     elif unsettled and (use != was or _moved(p.job.status, p.plan.status) or not _steps_reported(p.plan.status)):
         seconds[was] += unsettled
         unsettled = 0.0
-    kept = before or {}
     if (before is not None and (kept.get("state"), kept.get("reached")) == (use, reached)
             and seconds == _kept(before) and unsettled == _number(kept.get("unsettledSeconds"))):
         return  # nothing held since, nothing new: the status stays as it is (a pass compares it)
-    p.plan.status["usage"] = usage.counted(resource, seconds, unsettled, micro_timestamp(p.now), use, reached)
-    _when_written(p, before, use, since)
+    p.plan.status["usage"] = usage.counted(resource if units else kept.get("resource", resource), seconds,
+                                           unsettled, micro_timestamp(p.now), use, reached)
+    _when_written(p, was if before is not None else use, use, since, units)
 
 
-def _when_written(p: Pass, before: Mapping[str, Any] | None, use: str, since: float | None) -> None:
-    if before is not None and before.get("state") != use:
+def _when_written(p: Pass, was: str, use: str, since: float | None, units: Mapping[str, float]) -> None:
+    """Plan.usage_write: at once for a change of use the job's other fields don't carry; within 5 s for
+    a pod gone since; else only along with another write, or once it has gone unwritten too long."""
+    if was != use and frozenset({was, use}) not in QUIET_CHANGES:
         p.plan.usage_write = 0.0
-    elif any(d.ended_at is not None and (since is None or d.ended_at > since) for d in p.job.departed):
+        return
+    if any(d.ended_at is not None and (since is None or d.ended_at > since)
+           for d in p.job.departed if d.owner_uid == p.job.ref.uid):
         p.plan.usage_write = DEPARTED_WRITE_SECONDS
-    elif use == "stalled":
-        # A hung job makes no other write: what it holds is shown growing, every STALLED_WRITE_SECONDS.
-        p.plan.usage_write = STALLED_WRITE_SECONDS
-        p.plan.requeue_within(STALLED_WRITE_SECONDS)
+        return
+    holding = any(units.get(pod.replica_type) and pod.scheduled and pod.ended_at is None for pod in p.own)
+    if not holding or since is None:
+        return
+    due = since + (STALLED_WRITE_SECONDS if use == "stalled" else IDLE_WRITE_SECONDS) - p.now.timestamp()
+    if due <= 0:
+        p.plan.usage_write = 0.0
+    else:
+        p.plan.requeue_within(due)
 
 
 def _steps_reported(status: Mapping[str, Any]) -> bool:
@@ -89,26 +110,31 @@ def _kept(before: Mapping[str, Any] | None) -> dict[str, float]:
     return {name: _number((kept if isinstance(kept, Mapping) else {}).get(name)) for name in USES}
 
 
-def _reached(kept: Any, status: Mapping[str, Any], phase: Phase) -> tuple[dict[str, Any] | None, bool]:
+def _reached(kept: Any, was: Mapping[str, Any], status: Mapping[str, Any],
+             phase: Phase) -> tuple[dict[str, Any] | None, bool]:
     """The furthest position the training reported, over all its attempts, and whether this attempt
-    is short of it (redoing). The position shown is this attempt's once it was first seen after
-    the attempt's pods all ran (status.progress.advanced)."""
+    is short of it (redoing). The position shown is this attempt's once it was first seen after the
+    attempt's pods all ran (status.progress.advanced): the attempt running before this pass (`was`),
+    or one that started in it; counted even on the pass that ends it (a restart's)."""
     reached = dict(kept) if isinstance(kept, Mapping) and usage.position_key(kept) is not None else None
-    if phase is not Phase.RUNNING:
-        return reached, False
     progress = status.get("progress") or {}
-    running = true_since(status, Phase.RUNNING.value)
+    running = true_since(was, Phase.RUNNING.value) or true_since(status, Phase.RUNNING.value)
     seen = epoch_seconds((progress.get("advanced") or {}).get("at"))
     here = usage.position_key(progress)
     ours = here is not None and running is not None and seen is not None and seen >= running.timestamp()
-    if not ours:
-        return reached, reached is not None
-    assert here is not None
     top = usage.position_key(reached) if reached is not None else None
-    if top is None or here >= top:
-        return {k: progress[k] for k in ("epoch", "step") if progress.get(k) is not None}, False
-    return reached, True
+    if ours and here is not None and (top is None or here >= top):
+        reached, top = {k: progress[k] for k in ("epoch", "step") if progress.get(k) is not None}, here
+    redoing = phase is Phase.RUNNING and top is not None and (not ours or (here is not None and here < top))
+    return reached, redoing
+
+
+# Past this, a count is a status writer's, not ours: a million GPU-years.
+MOST_SECONDS = 3.2e16
 
 
 def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else 0.0
+    """A count as written, or 0 for what isn't one (a string, a negative, inf or NaN, one past any real job's)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MOST_SECONDS:
+        return float(value)
+    return 0.0

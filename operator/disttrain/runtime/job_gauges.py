@@ -27,6 +27,7 @@ from disttrain.api.parse import SpecError, parse_spec
 from disttrain.api.progress import MAX_METRICS, Report
 from disttrain.api.status import Phase, true_since
 from disttrain.api.times import parse_timestamp
+from disttrain.decide.dispatch_steps import managed_elsewhere
 
 LABELS = ("job_namespace", "job_name")
 
@@ -47,16 +48,19 @@ def sample(job: Mapping[str, Any]) -> JobSample:
     """What the gauges show for a job body (as the API serves it)."""
     meta, status = job.get("metadata") or {}, job.get("status") or {}
     try:
-        desired = parse_spec(job.get("spec") or {}).total_pods
+        spec = parse_spec(job.get("spec") or {})
+        desired, dispatched = spec.total_pods, managed_elsewhere(spec)
     except SpecError:
-        desired = 0  # the operator fails such a job; it wants no pods
+        desired, dispatched = 0, False  # the operator fails such a job; it wants no pods
     ready = sum(int(c.get("ready") or 0) for c in (status.get("replicaStatuses") or {}).values())
     return JobSample(uid=meta.get("uid", ""), phase=status.get("phase") or Phase.PENDING.value, pods_ready=ready,
                      pods_desired=desired, restarts=int(status.get("restarts") or 0),
                      seconds_to_running=seconds_to_running(meta, status),
                      stalled=any(c.get("type") == "Stalled" and c.get("status") == "True"
                                  for c in status.get("conditions") or []),
-                     usage=usage_of(status.get("usage")))
+                     # A job run by another cluster (MultiKueue): its usage is that cluster's, which its
+                     # operator exports; counted here too, a query over both would count it twice.
+                     usage=None if dispatched else usage_of(status.get("usage")))
 
 
 def usage_of(found: Any) -> tuple[str, tuple[tuple[str, float], ...]] | None:

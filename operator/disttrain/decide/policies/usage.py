@@ -45,14 +45,16 @@ CPU = "cpu"
 STEPPING = ("training", "redone")  # the uses whose seconds wait to be told from a stall (unsettledSeconds)
 
 
-def units_by_type(spec: JobSpec) -> tuple[str, dict[str, float]]:
+def units_by_type(spec: JobSpec, claimed: Any = None) -> tuple[str, dict[str, float]]:
     """The resource a job is counted in, and how much of it a pod of each replica type holds:
-    nvidia.com/gpu when any pod asks for one (its own or, for MPI workers, through DRA claims),
-    else CPU cores requested."""
+    nvidia.com/gpu when any pod asks for one (its own or, for MPI workers, through DRA claims: as
+    read this pass, else as kept in status.claimedGPUsPerWorker, `claimed`, which a finished job's
+    pass doesn't read again), else CPU cores requested."""
     gpus = {rtype: float(template_gpus(r.template)) for rtype, r in spec.replicas.items()}
     mpi = spec.mpi
-    if mpi is not None and mpi.claimed_gpus and not gpus.get(ReplicaType.WORKER):
-        gpus[ReplicaType.WORKER] = float(mpi.claimed_gpus)
+    kept = claimed if isinstance(claimed, int) and not isinstance(claimed, bool) and 0 < claimed <= 1024 else None
+    if mpi is not None and (mpi.claimed_gpus or kept) and not gpus.get(ReplicaType.WORKER):
+        gpus[ReplicaType.WORKER] = float(mpi.claimed_gpus or kept or 0)
     if any(gpus.values()):
         return GPU_RESOURCE, gpus
     return CPU, {rtype: float(pod_requests(r.template).get(CPU, 0)) for rtype, r in spec.replicas.items()}
