@@ -296,3 +296,13 @@ def test_no_use_ever_goes_down_the_seconds_since_the_last_step_wait_unsettled() 
     assert unwritten.usage_write == 0, "the count written at 161 (the pass at 300 wrote nothing): due at 461"
     moved = step(status, 710, pods(-100), book(51, 705), spec=job(stallTimeoutSeconds=60)).status["usage"]
     assert moved["state"] == "training" and moved["seconds"]["stalled"] == 8 * 610.0
+
+
+def test_a_new_step_settles_the_seconds_up_to_its_report_however_late_the_pass_or_the_write() -> None:
+    """Progress is written every 15 s at most: passes between count from the last status written, and
+    split the seconds at the new step's report, not at the pass."""
+    written = at_step_50_since_100()
+    for now in (106, 112, 130):  # each from the same written status (none of them wrote)
+        got = step(written, now, pods(-100), book(60, 105)).status["usage"]
+        assert got["seconds"] == {"training": 1600.0 + 8 * 5}, (now, got)
+        assert got["unsettledSeconds"] == 8 * (now - 105.0)

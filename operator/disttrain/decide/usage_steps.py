@@ -53,15 +53,21 @@ def count(p: Pass, stalled: str | None) -> None:
     if was not in USES:  # a first count (an operator upgraded under the job): by the phase it was in
         was = usage.use_of(Phase(p.job.status.get("phase") or Phase.PENDING), bool(p.job.status.get("checkpoint")),
                            False, False)
-    held = usage.held_between(pods, units, since, now)
-    if was in usage.STEPPING and _steps_reported(p.plan.status):
-        unsettled += held  # training or a stall, told when the step moves or the stall is found
+    advanced = _advanced_at(p.plan.status)
+    if was in usage.STEPPING and advanced is not None:
+        # Training or a stall, told when the step moves (up to the report of the new step: `was`) or
+        # the stall is found: by the report's own time, however late the pass or the write.
+        if since is None or advanced > since:
+            seconds[was] += unsettled + usage.held_between(pods, units, since, advanced)
+            unsettled = usage.held_between(pods, units, max(advanced, since or advanced), now)
+        else:
+            unsettled += usage.held_between(pods, units, since, now)
     else:
-        seconds[was] += held
+        seconds[was] += usage.held_between(pods, units, since, now)
     if unsettled and stalled is not None:
         seconds["stalled"] += unsettled  # stalled since its last new step
         unsettled = 0.0
-    elif unsettled and (use != was or _moved(p.job.status, p.plan.status) or not _steps_reported(p.plan.status)):
+    elif unsettled and (use != was or advanced is None):
         seconds[was] += unsettled
         unsettled = 0.0
     if (before is not None and (kept.get("state"), kept.get("reached")) == (use, reached)
@@ -92,17 +98,10 @@ def _when_written(p: Pass, was: str, use: str, since: float | None, units: Mappi
         p.plan.requeue_within(due)
 
 
-def _steps_reported(status: Mapping[str, Any]) -> bool:
-    """Whether the training reports a step or an epoch (status.progress.advanced): only then can its
-    Running seconds turn out to be a stall."""
-    return bool((status.get("progress") or {}).get("advanced"))
-
-
-def _moved(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
-    """Whether the training reported a new step (or epoch) in this pass."""
-    def at(status: Mapping[str, Any]) -> Any:
-        return ((status.get("progress") or {}).get("advanced") or {}).get("at")
-    return bool(at(before) != at(after))
+def _advanced_at(status: Mapping[str, Any]) -> float | None:
+    """When the training's reported step (or epoch) last moved (status.progress.advanced); None for a
+    training that reports none: its Running seconds can't turn out to be a stall."""
+    return epoch_seconds(((status.get("progress") or {}).get("advanced") or {}).get("at"))
 
 
 def _kept(before: Mapping[str, Any] | None) -> dict[str, float]:
