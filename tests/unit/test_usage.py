@@ -101,6 +101,9 @@ def test_the_status_writer_holds_a_count_back_until_due() -> None:
     assert progress_wait(written, was, new, 101.0, usage_due=5.0) == 4.0, "due with the next progress write"
     assert progress_wait(written, was, new, 101.0, usage_due=300.0) == 299.0, "a stalled job's, 5 minutes on"
     assert progress_wait(written, was, {**new, "phase": "Failed"}, 101.0) is None, "along with a transition"
+    reported = {**new, "progress": {"step": 2}}
+    assert progress_wait(written, was, reported, 101.0, usage_due=5.0) == 4.0, "a pod gone: 5 s, progress or not"
+    assert progress_wait(written, was, reported, 101.0) == 14.0, "progress alone: 15 s"
 
 
 def test_steps_done_again_after_a_restart_are_redone_until_past_the_furthest_reached() -> None:
@@ -295,7 +298,8 @@ def test_no_use_ever_goes_down_the_seconds_since_the_last_step_wait_unsettled() 
     unwritten = step(plans[3].status, 470, pods(-100), book(50, 100), spec=job(stallTimeoutSeconds=60))
     assert unwritten.usage_write == 0, "the count written at 161 (the pass at 300 wrote nothing): due at 461"
     moved = step(status, 710, pods(-100), book(51, 705), spec=job(stallTimeoutSeconds=60)).status["usage"]
-    assert moved["state"] == "training" and moved["seconds"]["stalled"] == 8 * 610.0
+    assert moved["state"] == "training" and moved["seconds"]["stalled"] == 8 * 605.0, "until the new step's report"
+    assert moved["unsettledSeconds"] == 8 * 5.0, "after it: the new step's, told later"
 
 
 def test_a_new_step_settles_the_seconds_up_to_its_report_however_late_the_pass_or_the_write() -> None:
@@ -306,3 +310,37 @@ def test_a_new_step_settles_the_seconds_up_to_its_report_however_late_the_pass_o
         got = step(written, now, pods(-100), book(60, 105)).status["usage"]
         assert got["seconds"] == {"training": 1600.0 + 8 * 5}, (now, got)
         assert got["unsettledSeconds"] == 8 * (now - 105.0)
+
+
+def test_a_disrupted_pod_gone_is_counted_once() -> None:
+    """Its last state is both kept to be judged (Tombstones.final: among the job's pods) and kept to be
+    counted (Tombstones.departed): counted once, until it went."""
+    running = step(pending(), 10, pods()).status
+    stones = Tombstones(now=lambda: at(40).timestamp())
+    lost = dataclasses.replace(pods()[2], disruption="DeletionByTaintManager: node tainted")
+    stones.pod_deleted(("ml", "mnist"), lost)
+    own = stones.view(("ml", "mnist"), [pods()[0], pods()[1]], set())
+    plan = step(running, 45, own, departed=stones.departed_of(("ml", "mnist"), running))
+    assert plan.status["usage"]["allocatedSeconds"] - 80 == 4 * 35 + 4 * 30
+
+
+def test_a_step_reported_ahead_of_the_clock_counts_no_second_twice() -> None:
+    """Another writer's clock (the last leader's) ahead of ours: the step's time is taken as now at most."""
+    status = at_step_50_since_100()
+    for now in (110, 120, 130, 140):
+        status = step(status, now, pods(-100), book(60, 240)).status
+    assert status["usage"]["allocatedSeconds"] == 8 * 240.0
+
+
+def test_an_mpi_job_whose_claims_are_read_after_its_first_count_is_counted_in_gpus() -> None:
+    """Its first pass waits for its ResourceClaimTemplate (counted in CPU, nothing held); once read, it
+    is a GPU job: nothing was counted in CPU, so the resource follows."""
+    from manifests import gloo_job
+
+    spec = gloo_job("hvd", workers=1, gpus=0)
+    first = {"phase": "Running", "startTime": stamp(-10),
+             "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": stamp(0)}],
+             "usage": {"resource": "cpu", "seconds": {}, "countedAt": stamp(0), "state": "training"}}
+    worker = dataclasses.replace(pod("worker", 0), name="hvd-worker-0")
+    got = step({**first, "claimedGPUsPerWorker": 2}, 10, [worker], spec=spec).status["usage"]
+    assert got["resource"] == "nvidia.com/gpu" and got["allocatedSeconds"] == 2 * 10.0, got

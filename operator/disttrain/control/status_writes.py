@@ -104,10 +104,9 @@ def progress_wait(written: WrittenStatus | None, current: Mapping[str, Any], new
     if not changed - {"conditions"} <= progress:
         return None
     rest = changed - {USAGE}
-    if rest == {REPORTED}:
-        interval = reported_interval
-    else:
-        interval = usage_due if not rest and usage_due is not None else PROGRESS_WRITE_INTERVAL
+    interval = reported_interval if rest == {REPORTED} else PROGRESS_WRITE_INTERVAL
+    if USAGE in changed and usage_due is not None:
+        interval = usage_due if not rest else min(interval, usage_due)
     wait = written.at + interval - now
     return wait if wait > 0 else None
 

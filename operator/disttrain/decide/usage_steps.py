@@ -36,7 +36,7 @@ def count(p: Pass, stalled: str | None) -> None:
         return
     kept = before or {}
     resource, units = usage.units_by_type(p.spec, p.job.status.get(CLAIMED_GPUS))
-    if kept.get("resource") not in (None, resource):
+    if kept.get("resource") not in (None, resource) and (any(_kept(before).values()) or kept.get("unsettledSeconds")):
         units = {}  # counted in one resource for good: a job's can't be told now (its claims unread) counts nothing
     now = p.now.timestamp()
     since = epoch_seconds(kept.get("countedAt"))
@@ -44,30 +44,36 @@ def count(p: Pass, stalled: str | None) -> None:
         since = now  # counted before, its time unreadable (a status writer's): nothing is counted twice
     since = None if since is None else min(since, now)  # a countedAt ahead of the clock, likewise
     seconds, unsettled = _kept(before), _number(kept.get("unsettledSeconds"))
-    pods = [*p.own, *(d for d in p.job.departed if d.owner_uid == p.job.ref.uid)]
+    departed = [d for d in p.job.departed if d.owner_uid == p.job.ref.uid]
+    gone = {d.uid for d in departed}  # a disrupted pod's last state is also among p.own (tombstones.py)
+    pods = [*(pod for pod in p.own if pod.uid not in gone), *departed]
     phase = Phase(p.plan.status.get("phase") or Phase.PENDING)
-    reached, redoing = _reached(kept.get("reached"), p.job.status, p.plan.status, phase)
+    reached, short = _reached(kept.get("reached"), p.job.status, p.plan.status)
+    redoing = short and phase is Phase.RUNNING
     use = usage.use_of(phase, bool(p.plan.status.get("checkpoint")), stalled is not None and phase is Phase.RUNNING,
                        redoing)
     was = kept.get("state")
     if was not in USES:  # a first count (an operator upgraded under the job): by the phase it was in
         was = usage.use_of(Phase(p.job.status.get("phase") or Phase.PENDING), bool(p.job.status.get("checkpoint")),
                            False, False)
-    advanced = _advanced_at(p.plan.status)
-    if was in usage.STEPPING and advanced is not None:
-        # Training or a stall, told when the step moves (up to the report of the new step: `was`) or
-        # the stall is found: by the report's own time, however late the pass or the write.
-        if since is None or advanced > since:
-            seconds[was] += unsettled + usage.held_between(pods, units, since, advanced)
-            unsettled = usage.held_between(pods, units, max(advanced, since or advanced), now)
-        else:
-            unsettled += usage.held_between(pods, units, since, now)
+    advanced = _advanced_at(p.plan.status, now)
+    if was in (*usage.STEPPING, "stalled") and advanced is not None and (since is None or _moved(p)):
+        # A new step since the last count, told by its report's own time however late the pass or the
+        # write: the seconds before it were `was`'s (training, redone, or stalled), those after it the
+        # new step's, unsettled until the next one or a stall. (A report dated before the last count:
+        # one that came in while that pass ran, or within its second: from the count on.)
+        split = advanced if since is None else max(advanced, since)
+        seconds[was] += usage.held_between(pods, units, since, split) + (unsettled if was != "stalled" else 0.0)
+        unsettled = usage.held_between(pods, units, split, now)
+        was = "redone" if short else "training"
+    elif was in usage.STEPPING and advanced is not None:
+        unsettled += usage.held_between(pods, units, since, now)
     else:
         seconds[was] += usage.held_between(pods, units, since, now)
     if unsettled and stalled is not None:
         seconds["stalled"] += unsettled  # stalled since its last new step
         unsettled = 0.0
-    elif unsettled and (use != was or advanced is None):
+    elif unsettled and (use not in usage.STEPPING or advanced is None):
         seconds[was] += unsettled
         unsettled = 0.0
     if (before is not None and (kept.get("state"), kept.get("reached")) == (use, reached)
@@ -98,10 +104,20 @@ def _when_written(p: Pass, was: str, use: str, since: float | None, units: Mappi
         p.plan.requeue_within(due)
 
 
-def _advanced_at(status: Mapping[str, Any]) -> float | None:
-    """When the training's reported step (or epoch) last moved (status.progress.advanced); None for a
-    training that reports none: its Running seconds can't turn out to be a stall."""
-    return epoch_seconds(((status.get("progress") or {}).get("advanced") or {}).get("at"))
+def _advanced_at(status: Mapping[str, Any], now: float) -> float | None:
+    """When the training's reported step (or epoch) last moved (status.progress.advanced), never after
+    now (another writer's clock ahead of ours); None for a training that reports none: its Running
+    seconds can't turn out to be a stall."""
+    found = epoch_seconds(((status.get("progress") or {}).get("advanced") or {}).get("at"))
+    return None if found is None else min(found, now)
+
+
+def _moved(p: Pass) -> bool:
+    """Whether the training reported a new step (or epoch) since the status last written: its record
+    (status.progress.advanced) is another."""
+    def record(status: Mapping[str, Any]) -> Any:
+        return (status.get("progress") or {}).get("advanced")
+    return bool(record(p.plan.status) != record(p.job.status))
 
 
 def _kept(before: Mapping[str, Any] | None) -> dict[str, float]:
@@ -109,10 +125,9 @@ def _kept(before: Mapping[str, Any] | None) -> dict[str, float]:
     return {name: _number((kept if isinstance(kept, Mapping) else {}).get(name)) for name in USES}
 
 
-def _reached(kept: Any, was: Mapping[str, Any], status: Mapping[str, Any],
-             phase: Phase) -> tuple[dict[str, Any] | None, bool]:
+def _reached(kept: Any, was: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[dict[str, Any] | None, bool]:
     """The furthest position the training reported, over all its attempts, and whether this attempt
-    is short of it (redoing). The position shown is this attempt's once it was first seen after the
+    is short of it (redoing, while Running). The position shown is this attempt's once it was first seen after the
     attempt's pods all ran (status.progress.advanced): the attempt running before this pass (`was`),
     or one that started in it; counted even on the pass that ends it (a restart's)."""
     reached = dict(kept) if isinstance(kept, Mapping) and usage.position_key(kept) is not None else None
@@ -124,8 +139,7 @@ def _reached(kept: Any, was: Mapping[str, Any], status: Mapping[str, Any],
     top = usage.position_key(reached) if reached is not None else None
     if ours and here is not None and (top is None or here >= top):
         reached, top = {k: progress[k] for k in ("epoch", "step") if progress.get(k) is not None}, here
-    redoing = phase is Phase.RUNNING and top is not None and (not ours or (here is not None and here < top))
-    return reached, redoing
+    return reached, top is not None and (not ours or (here is not None and here < top))
 
 
 # Past this, a count is a status writer's, not ours: a million GPU-years.

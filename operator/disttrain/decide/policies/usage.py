@@ -93,7 +93,9 @@ def position_key(progress: Mapping[str, Any]) -> tuple[int, int] | None:
     epoch, step = progress.get("epoch"), progress.get("step")
     if epoch is None and step is None:
         return None
-    return (int(epoch) if epoch is not None else -1, int(step) if step is not None else -1)
+    if any(v is not None and (not isinstance(v, int) or isinstance(v, bool)) for v in (epoch, step)):
+        return None  # not what the schema lets through: a stored object's that skipped it
+    return (epoch if epoch is not None else -1, step if step is not None else -1)
 
 
 def counted(resource: str, seconds: Mapping[str, float], unsettled: float, counted_at: str, use: str,
