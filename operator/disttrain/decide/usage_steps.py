@@ -8,6 +8,7 @@ from typing import Any
 
 from disttrain.api.constants import CLAIMED_GPUS
 from disttrain.api.crd_usage import USES
+from disttrain.api.observed import ObservedPod
 from disttrain.api.status import Phase, micro_timestamp, true_since
 from disttrain.api.times import epoch_seconds
 from disttrain.decide.passes import Pass
@@ -38,24 +39,15 @@ def count(p: Pass, stalled: str | None) -> None:
     resource, units = usage.units_by_type(p.spec, p.job.status.get(CLAIMED_GPUS))
     if kept.get("resource") not in (None, resource) and (any(_kept(before).values()) or kept.get("unsettledSeconds")):
         units = {}  # counted in one resource for good: a job's can't be told now (its claims unread) counts nothing
-    now = p.now.timestamp()
-    since = epoch_seconds(kept.get("countedAt"))
-    if since is None and kept.get("seconds"):
-        since = now  # counted before, its time unreadable (a status writer's): nothing is counted twice
-    since = None if since is None else min(since, now)  # a countedAt ahead of the clock, likewise
+    now, since = p.now.timestamp(), _since(kept, p.now.timestamp())
     seconds, unsettled = _kept(before), _number(kept.get("unsettledSeconds"))
-    departed = [d for d in p.job.departed if d.owner_uid == p.job.ref.uid]
-    gone = {d.uid for d in departed}  # a disrupted pod's last state is also among p.own (tombstones.py)
-    pods = [*(pod for pod in p.own if pod.uid not in gone), *departed]
+    pods = _held_by(p)
     phase = Phase(p.plan.status.get("phase") or Phase.PENDING)
     reached, short = _reached(kept.get("reached"), p.job.status, p.plan.status)
     redoing = short and phase is Phase.RUNNING
     use = usage.use_of(phase, bool(p.plan.status.get("checkpoint")), stalled is not None and phase is Phase.RUNNING,
                        redoing)
-    was = kept.get("state")
-    if was not in USES:  # a first count (an operator upgraded under the job): by the phase it was in
-        was = usage.use_of(Phase(p.job.status.get("phase") or Phase.PENDING), bool(p.job.status.get("checkpoint")),
-                           False, False)
+    was = str(kept["state"]) if kept.get("state") in USES else _first_use(p)
     advanced = _advanced_at(p.plan.status, now)
     if was in (*usage.STEPPING, "stalled") and advanced is not None and (since is None or _moved(p)):
         # A new step since the last count, told by its report's own time however late the pass or the
@@ -81,7 +73,29 @@ def count(p: Pass, stalled: str | None) -> None:
         return  # nothing held since, nothing new: the status stays as it is (a pass compares it)
     p.plan.status["usage"] = usage.counted(resource if units else kept.get("resource", resource), seconds,
                                            unsettled, micro_timestamp(p.now), use, reached)
-    _when_written(p, was if before is not None else use, use, since, units)
+    _when_written(p, kept.get("state", use), use, since, units)
+
+
+def _since(kept: Mapping[str, Any], now: float) -> float | None:
+    """When the status last counted up to; None for a first count."""
+    since = epoch_seconds(kept.get("countedAt"))
+    if since is None and kept.get("seconds"):
+        return now  # counted before, its time unreadable (a status writer's): nothing is counted twice
+    return None if since is None else min(since, now)  # a countedAt ahead of the clock, likewise
+
+
+def _held_by(p: Pass) -> list[ObservedPod]:
+    """The job's pods, and those gone since its last count (a disrupted pod's last state is among
+    both: tombstones.py)."""
+    departed = [d for d in p.job.departed if d.owner_uid == p.job.ref.uid]
+    gone = {d.uid for d in departed}
+    return [*(pod for pod in p.own if pod.uid not in gone), *departed]
+
+
+def _first_use(p: Pass) -> str:
+    """A first count (an operator upgraded under the job): by the phase it was in."""
+    return usage.use_of(Phase(p.job.status.get("phase") or Phase.PENDING), bool(p.job.status.get("checkpoint")),
+                        False, False)
 
 
 def _when_written(p: Pass, was: str, use: str, since: float | None, units: Mapping[str, float]) -> None:
