@@ -243,5 +243,6 @@ def test_printer_columns(crd: Cluster, namespace: str) -> None:
     crd.apply(yaml.safe_dump(ps_job("cols")), namespace)
     header = crd.kubectl("get", "disttrainjobs", "-n", namespace, "-o", "wide").stdout.splitlines()[0].split()
     assert header == ["NAME", "PHASE", "READY", "RESTARTS", "PROGRESS%", "ETA", "REASON", "AGE", "FRAMEWORK",
-                      "WORKERS", "STARTED", "COMPLETED", "METRICS", "MESSAGE"]
+                      "WORKERS", "STARTED", "COMPLETED", "STALLED", "GPU-HOURS", "CPU-HOURS", "GOODPUT%", "METRICS",
+                      "MESSAGE"]
     assert "cols" in crd.kubectl("get", "disttrain", "-n", namespace).stdout, "category disttrain"
