@@ -11,7 +11,7 @@ import base64
 import json
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -137,13 +137,22 @@ def test_forged_tokens_from_many_pods_leave_another_pods_first_report_accepted()
         reviewer = Reviewer()
         _, listener, runner, url = await _endpoint(reviewer, clock=lambda: 1000.0)
         try:
+            async def refused_or(post: Awaitable[int]) -> int:
+                """A connection the listener shut at the door (a source accepting too fast, the keep-alive
+                one it closed as this request went out: reset, seen once in a fresh make test) is a
+                refusal too, made before any review: 0."""
+                try:
+                    return await post
+                except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+                    return 0
+
             async def from_source(n: int) -> list[int]:
                 flooder = aiohttp.TCPConnector(local_addr=(f"127.0.0.{n}", 0), limit=4)
                 async with aiohttp.ClientSession(connector=flooder) as session:
-                    return await asyncio.gather(*(_post(session, url, forged(n * 1000 + i), b"{}")
+                    return await asyncio.gather(*(refused_or(_post(session, url, forged(n * 1000 + i), b"{}"))
                                                   for i in range(50)))
             answers = [a for each in await asyncio.gather(*(from_source(n) for n in range(2, 42))) for a in each]
-            assert set(answers) <= {401, 503} and answers.count(401) == reviewer.reviews
+            assert set(answers) <= {401, 503, 0} and answers.count(401) == reviewer.reviews
             assert reviewer.reviews <= 40 + progress_server.SUSPECT_REVIEW_BURST, "one each, then the suspects'"
             async with aiohttp.ClientSession() as session:  # from 127.0.0.1
                 assert await _post(session, url, token("uid-w0"), b'{"epoch": 1}') == 202
