@@ -210,11 +210,13 @@ def test_a_job_finished_before_usage_was_counted_is_left_alone() -> None:
 def test_counts_past_any_real_job_or_an_unreadable_time_never_crash_or_count_twice() -> None:
     running = {"phase": "Running", "startTime": stamp(-10),
                "conditions": [{"type": "Running", "status": "True", "lastTransitionTime": stamp(0)}]}
-    for huge in (1e307, 1.7e308, float("inf"), float("nan")):
+    for huge in (3.2e13, 1e307, 1.7e308, float("inf"), float("nan")):  # from one past a million GPU-years
         hostile = {**running, "usage": {"seconds": {"training": huge, "waiting": huge}, "countedAt": stamp(0),
                                         "state": "waiting"}}
         got = step(hostile, 60, pods()).status["usage"]
         assert got["seconds"] == {"waiting": 8 * 60.0}, (huge, got)
+    kept = {**running, "usage": {"seconds": {"waiting": 3.1e13}, "countedAt": stamp(0), "state": "waiting"}}
+    assert step(kept, 60, pods()).status["usage"]["seconds"]["waiting"] == 3.1e13 + 8 * 60, "a million years, kept"
     no_time = {**running, "usage": {"seconds": {"training": 100.0}, "state": "training", "countedAt": "+14:60"}}
     got = step(no_time, 60, pods()).status["usage"]
     assert got["seconds"] == {"training": 100.0}, "counted before, its time unreadable: nothing counted again"

@@ -156,8 +156,8 @@ def _reached(kept: Any, was: Mapping[str, Any], status: Mapping[str, Any]) -> tu
     return reached, top is not None and (not ours or (here is not None and here < top))
 
 
-# Past this, a count is a status writer's, not ours: a million GPU-years.
-MOST_SECONDS = 3.2e16
+# Past this, a count is a status writer's, not ours: a million GPU-years (docs/api.md).
+MOST_SECONDS = 1e6 * 365.25 * 86400
 
 
 def _number(value: Any) -> float:

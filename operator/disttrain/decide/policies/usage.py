@@ -12,21 +12,23 @@ The held seconds are split by what the job was doing with them, one use at a tim
 - waiting: Pending or Restarting: pods up while the others are made, scheduled or torn down;
 - checkpoint: a stop's checkpoint hold (status.checkpoint: suspend, eviction or drain waiting for
   the training to save);
-- stalled: the Stalled condition found (decide/policies/stall.py), from the last new step on: the
-  seconds before it was found are moved from training when it is;
+- stalled: found stalled (decide/policies/stall.py), from the training's last new step on;
 - other: held by a job Queued, Suspended or finished (its last pods going).
+
+While a reporting job's step stands, the seconds since its last new step are unsettled: told as
+training (or redone) at the next new step, split at that report's time, or as stalled if the stall is
+found first. No use ever goes down (the per-job counters: Prometheus reads a drop as a reset).
 
 How it is counted without writes of its own: `status.usage.countedAt` is when the totals were
 counted up to, and `state` the use the held seconds count as from then on. Each pass counts the
 seconds since then, from each pod's own times (scheduled_at, ended_at: exact however late the
-pass), under that use, and moves `countedAt` to now. The status goes out only with a write the
-pass makes anyway, or when the use changes (most such changes are written at once already: a
-phase, a checkpoint, a condition; the first step past the one reached before is the one a use
-alone writes), or when a pod gone since was counted (it can't be counted later: the index no
-longer has it); any other pass's count is made again by the next from the same status. So the
-totals are exact whenever written, whatever the passes between, and an operator restarted carries
-on from them. Lost: the seconds a pod held between the last write and its going, when the operator
-was down at that moment (its DELETED event was never seen).
+pass), and moves `countedAt` to now. The status goes out with a write the pass makes anyway, at a
+change of use no other field shows (not training/redone: it rides with the progress write), within
+5 s of a pod gone (it can't be counted later: the index no longer has it), and 5 minutes (stalled)
+or 30 minutes (holding GPUs) after the last count written (decide/usage_steps.py); any other
+pass's count is made again by the next from the same status. So the totals are exact whenever
+written, and an operator restarted carries on from them. Lost: what a pod held between the last
+count written and its going, when its going was never seen (the operator down, a watch's gap).
 """
 
 from __future__ import annotations
