@@ -24,9 +24,10 @@ however often the pods report. Why 15 seconds: a status write is an etcd write o
 second; kubectl's watch and the terminal's curves need no more, and the per-job gauges follow
 every report for Prometheus (runtime/job_gauges.py).
 
-`status.usage` (decide/usage_steps.py) is counted by every pass and never written for its own
-sake: it goes out with the job's next write, unless the use its seconds count as changed (at once)
-or a pod gone since was counted (within PROGRESS_WRITE_INTERVAL).
+`status.usage` (decide/usage_steps.py) is counted by every pass and goes out with the job's next
+write, but for what the pass says is due on its own (Plan.usage_write): a change of use no other
+field shows (at once), a pod gone since (within 5 s), and a count left unwritten 5 minutes (stalled)
+or 30 (holding GPUs).
 
 A new job's first status waits for its pods (`after_creates`): the pass that makes them writes
 nothing before it makes them, and the pass right after (the pods now expected) writes Pending with
