@@ -363,8 +363,8 @@ class Bench:
 
 
 def pss_line(pss: dict[str, float]) -> str:
-    return (f"{pss['controller_mb']:.0f} + {pss['endpoint_mb']:.0f} (endpoint) + {pss.get('fork_server_mb', 0):.0f} "
-            f"(fork server) = {pss['sum_mb']:.0f} MB")
+    return (f"{pss['controller_mb']:.0f} + {pss['endpoint_mb']:.0f} (endpoint) + {pss['other_mb']:.0f} "
+            f"(other children) = {pss['sum_mb']:.0f} MB")
 
 
 async def until_gone(core: Any, ns: str) -> None:

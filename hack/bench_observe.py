@@ -236,8 +236,8 @@ def is_endpoint(pid: int) -> bool:
 
 def operator_memory(pid: int) -> dict[str, float]:
     """The whole operator's memory in MB of PSS: the controller (`pid`), the progress endpoint (the chart's
-    default), the fork server it is forked from (endpoint/forkserver.py) and their sum (issue 45). A
-    page the processes share counts once in the sum, split among them."""
+    default), any other child (the endpoint's first process while it waits: endpoint/prefork.py) and
+    their sum (issue 45). A page the processes share counts once in the sum, split among them."""
     controller, endpoint, other = pss_bytes(pid), 0, 0
     for child in descendants(pid):
         with contextlib.suppress(OSError):
@@ -245,7 +245,7 @@ def operator_memory(pid: int) -> dict[str, float]:
                 endpoint += pss_bytes(child)
             else:
                 other += pss_bytes(child)
-    return {"controller_mb": controller / 2**20, "endpoint_mb": endpoint / 2**20, "fork_server_mb": other / 2**20,
+    return {"controller_mb": controller / 2**20, "endpoint_mb": endpoint / 2**20, "other_mb": other / 2**20,
             "sum_mb": (controller + endpoint + other) / 2**20}
 
 

@@ -83,8 +83,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def endpoint_pid(operator: OperatorProcess) -> int:
-    """The endpoint's process (waited for: it starts with the operator): the fork server's child,
-    named progress-endpt (endpoint/forkserver.py), or the operator's own started by exec."""
+    """The endpoint's process (waited for: it starts with the operator): the operator's child, named
+    progress-endpt once it serves (endpoint/prefork.py), or started by exec."""
     assert operator.proc is not None
     pid = operator.proc.pid
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from disttrain.runtime.flags import add_job_arguments, add_run_arguments
 
 if TYPE_CHECKING:
-    from disttrain.endpoint.forked import ForkServer
+    from disttrain.endpoint.forked import Prefork
     from disttrain.runtime.health import Health
 
 
@@ -218,7 +218,7 @@ def _run(args: argparse.Namespace) -> int:
     from disttrain.apiserver.credentials import login
     from disttrain.runtime.health import Health
 
-    forks = _fork_server() if args.progress_port else None
+    prefork = _prefork() if args.progress_port else None
     health = Health()  # answers the probes from now on, standing by included (runtime/health.py)
     if args.health_port:
         health.serve(args.health_port)
@@ -237,7 +237,7 @@ def _run(args: argparse.Namespace) -> int:
 
         leadership = lead(args.leader_election_namespace, args.lease_name, identity, login, args.lease_duration)
     try:  # nothing acts before kopf runs: whatever ends this process from here, the Lease may go at once
-        _operate(args, health, identity, forks)
+        _operate(args, health, identity, prefork)
     finally:
         # kopf has stopped (SIGTERM) or failed: nothing acts any more, so the standby may lead now,
         # not a Lease duration later (runtime/leader.py).
@@ -246,14 +246,14 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fork_server() -> ForkServer | None:
-    """Now: every module is imported, and no thread runs yet (endpoint/forkserver.py)."""
-    from disttrain.endpoint.forkserver import start_fork_server
+def _prefork() -> Prefork | None:
+    """Now: every module is imported, and no thread runs yet (endpoint/prefork.py)."""
+    from disttrain.endpoint.prefork import prefork_endpoint
 
-    return start_fork_server()
+    return prefork_endpoint()
 
 
-def _operate(args: argparse.Namespace, health: Health, identity: str, forks: ForkServer | None = None) -> None:
+def _operate(args: argparse.Namespace, health: Health, identity: str, prefork: Prefork | None = None) -> None:
     """The operator itself, once it leads (or runs alone): kopf's handlers until it stops."""
     import asyncio
     import logging
@@ -270,7 +270,7 @@ def _operate(args: argparse.Namespace, health: Health, identity: str, forks: For
     memo = kopf.Memo(workers=args.workers, resync_seconds=args.resync_seconds,
                      name_reuse_seconds=args.name_reuse_seconds, namespaces=list(args.namespace),
                      gpu_device_classes=list(args.gpu_device_class),
-                     progress=_progress_settings(args), health=health, endpoint_forks=forks)
+                     progress=_progress_settings(args), health=health, endpoint_prefork=prefork)
     kopf.run(
         clusterwide=not args.namespace, namespaces=args.namespace,
         standalone=True,  # one active replica is the Lease's job, not kopf peering's

@@ -1,5 +1,5 @@
 """The link between the controller and the progress endpoint (runtime/progress_link.py): what a line
-may hold. A forked endpoint shares the controller's string-hash secret (endpoint/forkserver.py), so
+may hold. A forked endpoint shares the controller's string-hash secret (endpoint/prefork.py), so
 an object's keys are bounded: n keys that collide cost n squared to make into a dict."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The controller's side of the progress endpoint's fork server (endpoint/forkserver.py): each
-endpoint it forks, as the keeper (watch/progress_supervisor.py) sees it, with what asyncio's
-Process has (pid, returncode, wait, terminate, kill); and what the keeper does when the fork server
-is gone (killed: its endpoints' ends are then looked at, and the next starts by exec)."""
+"""The controller's side of the progress endpoint's first process (endpoint/prefork.py): its start,
+and the endpoint it becomes as the keeper (watch/progress_supervisor.py) sees it, with what asyncio's
+Process has (pid, returncode, wait, terminate, kill). It is forked once: any later endpoint, and
+this one where its start fails, is started by exec."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ import socket
 from typing import Protocol
 
 log = logging.getLogger("disttrain.progress")
-MAX_MESSAGE = 256  # bytes of one datagram, either way: a start's settings or a pid and exit code
-START_TIMEOUT = 10.0  # seconds for the server to say it forked
-ORPHAN_POLL = 0.5  # seconds between looks at an endpoint whose fork server is gone, or at the server's end
-STOP_GRACE = 5.0  # seconds for the fork server to end once its socket is closed, before it is killed
+MAX_MESSAGE = 256  # bytes of one datagram, either way: a start's settings, or a pid
+START_TIMEOUT = 10.0  # seconds for the process to say it is starting
+REAP_POLL = 0.5  # seconds between looks at the process's end, where the kernel has no pidfd
+STOP_GRACE = 5.0  # seconds for a process never started to end once its socket is closed, before it is killed
 
 
 class ForkFailed(Exception):
-    """The fork server didn't start an endpoint: that start ends, the fork server with it, and the
-    keeper's next start (after its back-off) is by exec."""
+    """The waiting process didn't start as the endpoint: it is ended, and the keeper's next start
+    (after its back-off) is by exec."""
 
 
 class ChildProcess(Protocol):
@@ -44,27 +44,16 @@ class ChildProcess(Protocol):
 
 
 class ForkedProcess:
-    """An endpoint the fork server started: asyncio Process's pid, returncode, wait, terminate, kill."""
+    """The endpoint the waiting process became: the controller's own child, reaped here for its exit
+    code (CODE as asyncio's returncode: negative for a signal)."""
 
-    def __init__(self, pid: int, server: ForkServer) -> None:
-        self.pid, self.server = pid, server
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
         self.returncode: int | None = None
-        self._ended = asyncio.Event()
-
-    def ended(self, code: int) -> None:
-        self.returncode = code
-        self._ended.set()
 
     async def wait(self) -> int:
-        while self.returncode is None:
-            if not self.server.gone:
-                await self._ended.wait()
-                continue
-            # The fork server is gone, and with it word of this process's end: look at it instead.
-            if not _alive(self.pid):
-                self.returncode = -signal.SIGKILL  # its true code went with the server
-                break
-            await asyncio.sleep(ORPHAN_POLL)
+        if self.returncode is None:
+            self.returncode = await reap(self.pid)
         return self.returncode
 
     def terminate(self) -> None:
@@ -74,101 +63,78 @@ class ForkedProcess:
         self._signal(signal.SIGKILL)
 
     def _signal(self, number: int) -> None:
-        if self.returncode is None:  # once it has ended its pid may be another's
+        if self.returncode is None:  # once reaped its pid may be another's
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, number)
 
 
-def _alive(pid: int) -> bool:
-    """Whether an orphaned endpoint still runs. A container's PID 1 is the controller, which then
-    inherits it: reaped here; otherwise a zombie awaiting another's reaping counts as ended."""
-    with contextlib.suppress(ChildProcessError):
-        reaped, _ = os.waitpid(pid, os.WNOHANG)
-        return reaped == 0
+async def reap(pid: int) -> int:
+    """A child's exit code once it ends: woken by its pidfd (Linux 5.3), or looked at every REAP_POLL."""
+    waker: asyncio.Event | None = None
+    fd = -1
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.pidfd_open(pid)
+        waker = asyncio.Event()
+        asyncio.get_running_loop().add_reader(fd, waker.set)
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+        while True:
+            try:
+                reaped, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return -signal.SIGKILL  # reaped by another (it can't be: none waits on every child)
+            if reaped:
+                return os.waitstatus_to_exitcode(status)
+            if waker is None:
+                await asyncio.sleep(REAP_POLL)
+                continue
+            with contextlib.suppress(TimeoutError):  # a pidfd is readable once its process has ended
+                await asyncio.wait_for(waker.wait(), REAP_POLL * 20)
+    finally:
+        if fd >= 0:
+            asyncio.get_running_loop().remove_reader(fd)
+            os.close(fd)
 
 
-class ForkServer:
-    """The controller's end of the fork server: one start at a time (the keeper runs one endpoint).
-    Any start that fails ends the fork server (SIGKILL): a late fork would otherwise leave an
-    endpoint that nobody tracks on the same link and port as the exec'd one that follows."""
+class Prefork:
+    """The controller's end of the waiting process: one start, after which it is the endpoint. A
+    start that fails ends it (SIGKILL): a late start would otherwise leave an endpoint that nobody
+    tracks on the same link and port as the exec'd one that follows."""
 
     def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid, self.sock = pid, sock
-        self.gone = False
-        self.processes: dict[int, ForkedProcess] = {}
-        self._started: asyncio.Future[ForkedProcess] | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self.gone = False  # started, failed or closed: the keeper execs from now on
 
     async def start(self, link_fd: int, listen_fd: int, memory_mib: int) -> ForkedProcess:
         if self.gone:
-            raise ForkFailed("the fork server is gone")
+            raise ForkFailed("the waiting process is gone")
+        self.gone = True
         loop = asyncio.get_running_loop()
-        if self._reader is None:
-            self._reader = asyncio.create_task(self._read(), name="progress fork server")
-        self._started = started = loop.create_future()
         try:
             socket.send_fds(self.sock, [json.dumps({"memory_mib": memory_mib}).encode()], [link_fd, listen_fd])
-            return await asyncio.wait_for(started, START_TIMEOUT)
-        except (OSError, TimeoutError, ForkFailed) as err:
-            await self.close()
-            raise ForkFailed(f"the fork server didn't start an endpoint: {type(err).__name__}: {err}") from err
-        finally:
-            self._started = None
-
-    async def _read(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            while message := await loop.sock_recv(self.sock, MAX_MESSAGE):
-                word, *numbers = message.split()
-                pid = int(numbers[0])
-                if word == b"started" and self._started is not None and not self._started.done():
-                    # Tracked here, not when start() resumes: its "exited" can come in the same read.
-                    self._started.set_result(self.processes.setdefault(pid, ForkedProcess(pid, self)))
-                elif word == b"exited" and (process := self.processes.pop(pid, None)) is not None:
-                    process.ended(int(numbers[1]))
-        except OSError as err:
-            log.warning("progress endpoint: the fork server's socket: %s", err)
-        finally:
-            await self._ended()
-
-    async def _ended(self) -> None:
-        self.gone = True
+            message = await asyncio.wait_for(loop.sock_recv(self.sock, MAX_MESSAGE), START_TIMEOUT)
+            word, _, pid = message.partition(b" ")
+            if word != b"started" or int(pid) != self.pid:
+                raise ForkFailed(f"it answered {message[:64]!r}")
+        except (OSError, ValueError, TimeoutError, ForkFailed) as err:
+            await self._end()
+            raise ForkFailed(f"the waiting process didn't start as the endpoint: {type(err).__name__}: {err}"
+                             ) from err
         self.sock.close()
-        if self._started is not None and not self._started.done():
-            self._started.set_exception(ForkFailed("the fork server ended"))
-        for process in self.processes.values():
-            process._ended.set()  # its wait() looks at it from now on
-        code = await _reap_server(self.pid)
-        log.warning("progress endpoint: the fork server ended (exit %s); endpoints start by exec from now on", code)
+        return ForkedProcess(self.pid)
 
     async def close(self) -> None:
-        """The controller stops, or a start failed: the server ends when its socket closes, and is
-        killed if it hasn't within STOP_GRACE (a wedged one would hold the operator's stop)."""
-        if self._reader is not None and not self._reader.done():
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
-        elif not self.gone:
+        """The controller stops: a process never started ends when its socket closes, and is killed
+        if it hasn't within STOP_GRACE (a wedged one would hold the operator's stop). One started is
+        the keeper's endpoint, ended by it."""
+        if not self.gone:
             self.gone = True
-            self.sock.close()
-            await _reap_server(self.pid)
+            await self._end()
 
-
-async def _reap_server(pid: int) -> int | None:
-    for _ in range(int(STOP_GRACE / ORPHAN_POLL)):
-        try:
-            reaped, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if reaped:
-            return os.waitstatus_to_exitcode(status)
-        await asyncio.sleep(ORPHAN_POLL)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    return None
+    async def _end(self) -> None:
+        self.sock.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reap(self.pid), STOP_GRACE)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        await reap(self.pid)

@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen-fd", type=int, required=True)
     parser.add_argument("--memory-mib", type=int, default=384)
     args = parser.parse_args(argv)
-    # force: forked (endpoint/forkserver.py), it has the controller's handlers and level (DEBUG with
+    # force: forked (endpoint/prefork.py), it has the controller's handlers and level (DEBUG with
     # --verbose: a line per refused request); exec'd, none.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     bound_memory(args.memory_mib)

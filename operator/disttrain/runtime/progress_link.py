@@ -85,7 +85,7 @@ async def receive(reader: asyncio.StreamReader) -> dict[str, Any] | None:
 
 def _bounded_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object of MAX_KEYS keys at most. A forked endpoint shares the controller's string-hash
-    secret (endpoint/forkserver.py): one that pods' bytes took over could send keys that all collide,
+    secret (endpoint/prefork.py): one that pods' bytes took over could send keys that all collide,
     and a dict of n of them costs n squared. 256 keys cost nothing; a report has 16 metrics at most."""
     if len(pairs) > MAX_KEYS:
         raise ValueError(f"an object of {len(pairs)} keys (at most {MAX_KEYS})")

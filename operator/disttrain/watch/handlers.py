@@ -89,7 +89,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
             progress.port, ProgressDesk(pods, controller.progress, controller.role_of),
             lambda: serving_cert.ensure(kube, *progress.secret, progress.hosts), memory_mib=progress.memory_mib,
             cert=cert,  # made just above: the endpoint's first needs no second read of the Secret
-            forks=memo.get("endpoint_forks"))
+            prefork=memo.get("endpoint_prefork"))
         endpoint.start()
     # No job is reconciled before its pods are known: against an empty index it would make them again.
     # Nor before the jobs are: a job its pods' events queued would be forgotten, then listed again.

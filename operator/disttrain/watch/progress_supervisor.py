@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from disttrain.endpoint.forked import ChildProcess, ForkServer
+from disttrain.endpoint.forked import ChildProcess, Prefork
 from disttrain.endpoint.listener import bind
 from disttrain.runtime import metrics
 from disttrain.runtime.progress_link import MAX_LINE, Desk, LinkError, send, serve_controller_side
@@ -40,11 +40,11 @@ MAX_COUNT = 1_000_000  # a second's count from the endpoint, at most: it can't i
 class EndpointProcess:
     def __init__(self, port: int, desk: Desk, certificate: Callable[[], Awaitable[ServingCert]],
                  host: str = "0.0.0.0", memory_mib: int = 384, cert: ServingCert | None = None,
-                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep, forks: ForkServer | None = None) -> None:
+                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep, prefork: Prefork | None = None) -> None:
         self.port, self.desk, self.certificate, self.host, self.memory_mib = port, desk, certificate, host, memory_mib
         self.cert = cert  # the certificate in hand: the start-up's, then the last checked
         self.sleep = sleep
-        self.forks = forks  # endpoint/forkserver.py: each endpoint forked, sharing the controller's modules
+        self.prefork = prefork  # endpoint/prefork.py: the first endpoint, sharing the controller's modules
         self.process: ChildProcess | None = None
         self.listening: socket.socket | None = None  # bound here, accepted on there
         self.starts = 0
@@ -62,8 +62,8 @@ class EndpointProcess:
             await asyncio.gather(self._task, return_exceptions=True)
         if self.listening is not None:
             self.listening.close()
-        if self.forks is not None:
-            await self.forks.close()
+        if self.prefork is not None:
+            await self.prefork.close()
 
     async def run(self) -> None:
         backoff = RESTART_BACKOFF[0]
@@ -109,11 +109,11 @@ class EndpointProcess:
             await self._end()
 
     async def _spawn(self, link_fd: int, listen_fd: int) -> ChildProcess:
-        """Forked by the fork server where there is one; by exec where not. A fork that failed
-        (ForkFailed) ends this start, its link with it, and the fork server: the next, after the
-        back-off, is by exec on a link of its own (a late fork can't share this one)."""
-        if self.forks is not None and not self.forks.gone:
-            return await self.forks.start(link_fd, listen_fd, self.memory_mib)
+        """The first, the process forked for it where there is one; any other by exec. A forked
+        start that failed (ForkFailed) ends this start, its link with it, and that process: the next,
+        after the back-off, is by exec on a link of its own (a late start can't share this one)."""
+        if self.prefork is not None and not self.prefork.gone:
+            return await self.prefork.start(link_fd, listen_fd, self.memory_mib)
         return await asyncio.create_subprocess_exec(
             sys.executable, "-m", "disttrain.endpoint", "--link-fd", str(link_fd), "--listen-fd", str(listen_fd),
             "--memory-mib", str(self.memory_mib), pass_fds=(link_fd, listen_fd), stdin=asyncio.subprocess.DEVNULL,

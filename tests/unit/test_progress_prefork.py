@@ -1,9 +1,9 @@
-"""The progress endpoint forked by the fork server (endpoint/forkserver.py), in a process of its own
-as the controller's is (the fork server is made before any thread runs, which pytest's process
-can't promise): a report reaches the controller's book through a forked endpoint; a killed endpoint
-is forked again; a killed fork server leaves the running endpoint serving, and the next endpoint is
-started by exec; nothing is left behind. Issue 45: an exec'd endpoint held 43 MB of PSS of modules
-the controller also holds."""
+"""The progress endpoint's first process (endpoint/prefork.py), in a process of its own as the
+controller's is (it is forked before any thread runs, which pytest's process can't promise): it waits,
+then becomes the endpoint, the controller's own child; a report reaches the controller's book through
+it; killed, it is seen to end with its true code and the next endpoint is started by exec; nothing is
+left behind. Issue 45: an exec'd endpoint held 43 MB of PSS of modules the controller also holds, and
+a fork server kept to fork each endpoint 8 MB more than forking the first one only."""
 
 from __future__ import annotations
 
@@ -24,62 +24,99 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def test_a_forked_endpoint_serves_is_restarted_and_outlives_its_fork_server(tmp_path: Path) -> None:
+def test_the_first_endpoint_is_the_forked_process_and_a_restart_is_by_exec(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
     probe = (f"import sys; sys.path[:0] = [{str(HERE)!r}]; "
-             f"import test_progress_forkserver as t; t.probe({str(tmp_path)!r})")
+             f"import test_progress_prefork as t; t.probe({str(tmp_path)!r})")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
     print(found)
-    assert found["first"]["parent"] == found["server"] and found["first"]["name"] == "progress-endpt", \
-        "the endpoint is the fork server's child, named for ps"
-    assert found["server_name"] == "progress-forker"
-    assert found["shared_sockets"] == [], "the endpoint holds none of the fork server's sockets"
-    assert found["restarted"]["parent"] == found["server"], "a killed endpoint is forked again"
-    assert found["survived"], "the running endpoint kept serving when its fork server was killed"
-    assert found["after"]["exec"], "with the fork server gone, the next endpoint is started by exec"
-    assert found["starts"] == 3
+    assert found["waiting"]["name"] == "progress-wait" and found["waiting"]["parent"] == found["controller_pid"]
+    assert found["first"]["pid"] == found["prefork"] and found["first"]["name"] == "progress-endpt", \
+        "the waiting process became the endpoint, named for ps"
+    assert found["first"]["parent"] == found["controller_pid"] and not found["first"]["exec"]
+    assert found["waiting_sockets"] and found["kept_sockets"] == [], \
+        "the endpoint holds none of the sockets it held waiting (the one it was started over)"
+    assert found["first_code"] == -signal.SIGKILL, "its true exit code, reaped by the controller"
+    assert found["after"]["exec"] and found["after"]["parent"] == found["controller_pid"], \
+        "the next endpoint is started by exec"
+    assert found["starts"] == 2
     assert found["left"] == [], "no process of the endpoint's left behind"
 
 
 def test_an_endpoint_that_ends_as_it_starts_is_seen_to_end() -> None:
-    """The fork server's "started" and "exited" can come in one read of its socket (an endpoint that
-    fails at once while the controller's loop is busy): the keeper's wait() still returns. It
-    hung, when the process was tracked only after start() resumed (a review of issue 45's change)."""
-    from disttrain.endpoint.forked import ForkServer
+    """A process that says it started and ends at once (an endpoint that fails at its start while the
+    controller's loop is busy): the keeper's wait() returns its code."""
+    from disttrain.endpoint.forked import Prefork
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    server = os.posix_spawn("/bin/sleep", ["sleep", "30"], os.environ)  # stands for the fork server
-    theirs.send(b"started 4242")
-    theirs.send(b"exited 4242 3")
+    child = os.fork()
+    if child == 0:  # stands for the waiting process
+        ours.close()
+        theirs.recv(256)
+        theirs.send(b"started %d" % os.getpid())
+        os._exit(3)
+    theirs.close()
     ours.setblocking(False)
-    forks = ForkServer(server, ours)
+    prefork = Prefork(child, ours)
 
     async def main() -> int:
         link, listen = socket.socketpair()
         try:
-            process = await forks.start(link.fileno(), listen.fileno(), 384)
+            process = await prefork.start(link.fileno(), listen.fileno(), 384)
             return await asyncio.wait_for(process.wait(), 5)
         finally:
             link.close()
             listen.close()
-            os.kill(server, signal.SIGTERM)
-            await forks.close()
+            await prefork.close()
     assert asyncio.run(main()) == 3
+    assert prefork.gone, "the next start is by exec"
+
+
+def test_a_start_answered_wrong_ends_the_waiting_process() -> None:
+    """An answer that isn't "started <its pid>" fails the start (ForkFailed), and the process is
+    ended and reaped: none is left running on the link and port the exec'd endpoint will get."""
+    from disttrain.endpoint.forked import ForkFailed, Prefork
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    child = os.fork()
+    if child == 0:
+        ours.close()
+        theirs.recv(256)
+        theirs.send(b"started 1")
+        time.sleep(30)  # until killed
+        os._exit(0)
     theirs.close()
+    ours.setblocking(False)
+    prefork = Prefork(child, ours)
+
+    async def main() -> None:
+        link, listen = socket.socketpair()
+        try:
+            await prefork.start(link.fileno(), listen.fileno(), 384)
+        finally:
+            link.close()
+            listen.close()
+    began = time.monotonic()
+    with contextlib.suppress(ForkFailed):
+        asyncio.run(main())
+        raise AssertionError("the start should have failed")
+    assert prefork.gone
+    assert time.monotonic() - began < 10
+    assert not Path(f"/proc/{child}").exists(), "killed and reaped"
 
 
-def test_no_fork_server_once_a_thread_runs() -> None:
+def test_no_prefork_once_a_thread_runs() -> None:
     """A fork copies the locks other threads hold (logging's, the allocator's): where a thread already
-    runs, the keeper execs each endpoint instead."""
-    from disttrain.endpoint.forkserver import start_fork_server
+    runs, the keeper execs the endpoint instead."""
+    from disttrain.endpoint.prefork import prefork_endpoint
 
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        assert start_fork_server() is None
+        assert prefork_endpoint() is None
     finally:
         stop.set()
         thread.join()
@@ -116,7 +153,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def probe(tmp: str) -> None:
-    """The controller's part, in this process: the fork server first, then the keeper's event loop."""
+    """The controller's part, in this process: the waiting process first, then the keeper's event loop."""
     from disttrain.apiserver.client_libraries import keep_out
 
     keep_out()
@@ -126,19 +163,20 @@ def probe(tmp: str) -> None:
     from disttrain.control.progress_book import ProgressBook
     from disttrain.control.progress_desk import ProgressDesk
     from disttrain.endpoint.forked import ForkedProcess
-    from disttrain.endpoint.forkserver import start_fork_server
+    from disttrain.endpoint.prefork import prefork_endpoint
     from disttrain.runtime.serving_cert import ServingCert, _certificates
     from disttrain.watch.progress_supervisor import EndpointProcess
 
     # token_reviews writes it later; a forked endpoint sees the environment of the fork
     os.environ["KUBECONFIG"] = str(Path(tmp) / "kubeconfig")
-    forks = start_fork_server()
-    assert forks is not None, "no thread runs yet: the fork server is made"
+    prefork = prefork_endpoint()
+    assert prefork is not None, "no thread runs yet: the endpoint's first process is forked"
     made = asyncio.run(_certificates(None, ["127.0.0.1", "localhost"], datetime.datetime.now(datetime.UTC)))
     assert made is not None
     cert = ServingCert(made["ca.crt"], made["tls.crt"], made["tls.key"])
     bearer = pod_token("uid-w0")
-    found: dict[str, Any] = {"server": forks.pid, "server_name": _process(forks.pid)["name"]}
+    found: dict[str, Any] = {"prefork": prefork.pid, "controller_pid": os.getpid(), "waiting": _process(prefork.pid),
+                             "waiting_sockets": sorted(_sockets(prefork.pid))}
 
     async def main() -> None:
         reviews, _ = await token_reviews(Path(tmp))
@@ -147,29 +185,21 @@ def probe(tmp: str) -> None:
         async def certificate() -> ServingCert:
             return cert
         endpoint = EndpointProcess(port, ProgressDesk(Pods(), book, role_of), certificate, host="127.0.0.1",
-                                   forks=forks)
+                                   prefork=prefork)
         endpoint.start()
         try:
             await until_accepted(port, cert.ca, bearer)
             assert book.state(("ml", "mnist"), JOB_UID) is not None, "the report reached the controller's book"
-            assert isinstance(endpoint.process, ForkedProcess)
-            found["first"] = _process(endpoint.process.pid)
-            found["shared_sockets"] = sorted(_sockets(endpoint.process.pid) & _sockets(forks.pid))
-            os.kill(endpoint.process.pid, signal.SIGKILL)
+            first = endpoint.process
+            assert isinstance(first, ForkedProcess)
+            found["first"] = _process(first.pid)
+            found["kept_sockets"] = sorted(_sockets(first.pid) & set(found["waiting_sockets"]))
+            os.kill(first.pid, signal.SIGKILL)
             await _until_started(endpoint, 2)
+            found["first_code"] = first.returncode
             await until_accepted(port, cert.ca, bearer)
             assert endpoint.process is not None
-            found["restarted"] = _process(endpoint.process.pid)
-            found["server_process"] = _process(forks.pid)
-            found["controller_forking"] = _process(os.getpid())
-            os.kill(forks.pid, signal.SIGKILL)
-            await asyncio.sleep(1.0)
-            found["survived"] = await until_accepted(port, cert.ca, bearer, 10) < 10
-            os.kill(endpoint.process.pid, signal.SIGKILL)
-            await _until_started(endpoint, 3)
-            await until_accepted(port, cert.ca, bearer)
             found["after"] = _process(endpoint.process.pid)
-            found["controller"] = _process(os.getpid())
             found["starts"] = endpoint.starts
         finally:
             await endpoint.stop()
