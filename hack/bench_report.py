@@ -106,6 +106,9 @@ def write_results(out: Path, results: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     rounds = [Counter(r) for r in results.pop("api_cost_rounds", [])]
     results["api_cost"] = api_cost(rounds, results["burst"]["jobs"])
+    plain_rounds = [Counter(r) for r in results.pop("api_cost_plain_rounds", [])]
+    if plain_rounds:
+        results["api_cost_plain"] = api_cost(plain_rounds, results["burst"]["jobs"])
     curves = results["burst"].pop("curves", {})
     points = results["scale"]["points"]
     if len(points) >= 2:
@@ -155,6 +158,10 @@ def write_results(out: Path, results: dict[str, Any]) -> None:
         "", f"Writes per job {results['api_cost']['writes_per_job']:.2f} against a minimum of "
             f"{results['api_cost']['minimum']} ({', '.join(f'{k}: {v}' for k, v in MINIMUM.items())}); "
             f"events {results['api_cost']['events_per_job']:.2f} per job.", "",
+        *([f"The plain client's, in the same rounds: writes per job {results['api_cost_plain']['writes_per_job']:.2f} "
+           f"(the user's create of the job included), events {results['api_cost_plain']['events_per_job']:.2f} "
+           "(hack/bench_plain.py: the operator's writes for the job: Service, pods, Pending, then Running "
+           "with its event).", ""] if "api_cost_plain" in results else []),
         *(f"![{name}]({name}.png)" for name in plots),
     ]
     (out / "results.md").write_text("\n".join(lines) + "\n")

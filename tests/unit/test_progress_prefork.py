@@ -107,6 +107,41 @@ def test_a_start_answered_wrong_ends_the_waiting_process() -> None:
     assert not Path(f"/proc/{child}").exists(), "killed and reaped"
 
 
+def test_a_start_cancelled_midway_still_ends_the_waiting_process() -> None:
+    """The keeper stopped while the start waited for "started" (the operator stopping as it leads):
+    close() ends and reaps the process, which would otherwise serve on unreaped (a review of issue 45's
+    change: close() did nothing once a start had been tried)."""
+    from disttrain.endpoint.forked import Prefork
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    child = os.fork()
+    if child == 0:  # never answers, and ignores its socket's end: only a kill ends it
+        ours.close()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(60)
+        os._exit(0)
+    theirs.close()
+    ours.setblocking(False)
+    prefork = Prefork(child, ours)
+
+    async def main() -> None:
+        link, listen = socket.socketpair()
+        try:
+            start = asyncio.create_task(prefork.start(link.fileno(), listen.fileno(), 384))
+            await asyncio.sleep(0.3)
+            start.cancel()
+            await asyncio.gather(start, return_exceptions=True)
+            await prefork.close()
+        finally:
+            link.close()
+            listen.close()
+    began = time.monotonic()
+    asyncio.run(main())
+    assert time.monotonic() - began < 10
+    assert ours.fileno() == -1, "its socket closed"
+    assert not Path(f"/proc/{child}").exists(), "killed past the grace, and reaped"
+
+
 def test_no_prefork_once_a_thread_runs() -> None:
     """A fork copies the locks other threads hold (logging's, the allocator's): where a thread already
     runs, the keeper execs the endpoint instead."""

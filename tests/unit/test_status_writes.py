@@ -7,9 +7,17 @@ import asyncio
 import copy
 
 import pytest
+from fakes import FakeClock
 from test_controller import Harness
 
-from disttrain.control.status_writes import PROGRESS_WRITE_INTERVAL, WrittenStatus, progress_wait, with_own_status
+from disttrain.control.status_writes import (
+    BUSY_PROGRESS_WRITE_INTERVAL,
+    PROGRESS_WRITE_INTERVAL,
+    Backlog,
+    WrittenStatus,
+    progress_wait,
+    with_own_status,
+)
 from manifests import mwms_job
 
 BODY = {"metadata": {"name": "j", "resourceVersion": "5"}, "spec": {}, "status": {"phase": "Pending"}}
@@ -62,6 +70,46 @@ def test_pods_getting_ready_one_by_one_cost_one_write_after_the_phase() -> None:
         assert len(h.kube.statuses) == writes + 1 and h.status()["ready"] == "0/2"
     asyncio.run(scenario())
 
+
+
+def test_under_a_backlog_progress_waits_longer_and_a_phase_still_not_at_all() -> None:
+    """A burst of 1,000 jobs: their ready counts went out 5 s after each Pending write, 0.69 more
+    status writes a job than Pending and Running (make bench, issue 45). With more jobs queued than
+    workers, a progress-only change waits BUSY_PROGRESS_WRITE_INTERVAL; the controller asks its queue."""
+    written = WrittenStatus("5", "6", {}, 100.0)
+    base = {"phase": "Pending", "ready": "0/5"}
+    busy = BUSY_PROGRESS_WRITE_INTERVAL
+    assert progress_wait(written, base, {**base, "ready": "3/5"}, 106.0, progress_interval=busy) == pytest.approx(
+        busy - 6.0)
+    assert progress_wait(written, base, {**base, "ready": "3/5"}, 100.0 + busy, progress_interval=busy) is None
+    assert progress_wait(written, base, {"phase": "Running", "ready": "5/5"}, 100.2, progress_interval=busy) is None
+
+    async def scenario() -> None:
+        h = Harness(mwms_job("mnist", workers=2))
+        await h.run()
+        writes = len(h.kube.statuses)
+        h.body["status"] = copy.deepcopy(h.status())
+        h.pods[:] = h.kube.observed(phase="Running", conditions=[{"type": "Ready", "status": "False"}])
+        for n in range(h.controller.queue._workers):  # a backlog: as many jobs waiting as workers
+            h.controller.queue.add(("ml", f"waiting-{n}"))
+        h.clock.advance(0.1)
+        again = await h.reconcile()
+        assert len(h.kube.statuses) == writes
+        assert again is not None and PROGRESS_WRITE_INTERVAL < again <= BUSY_PROGRESS_WRITE_INTERVAL
+    asyncio.run(scenario())
+
+
+def test_a_backlog_holds_its_longer_wait_until_it_has_been_gone_as_long() -> None:
+    """The burst's tail: its jobs' pods still come up, many at once, once the queue has drained."""
+    clock, waiting = FakeClock(), [16]
+    backlog = Backlog(lambda: waiting[0], 16, clock)
+    assert backlog()
+    waiting[0] = 3
+    clock.advance(BUSY_PROGRESS_WRITE_INTERVAL - 1)
+    assert backlog(), "drained a moment ago"
+    clock.advance(1)
+    assert not backlog(), "drained as long ago as the longer wait"
+    assert not Backlog(lambda: 15, 16, clock)(), "fewer waiting than workers: no backlog"
 
 
 def test_the_created_condition_is_progress_a_new_phase_is_not() -> None:

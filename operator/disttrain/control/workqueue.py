@@ -42,6 +42,10 @@ class WorkQueue(Generic[K]):
             self._waiting.add(key)
             self._queue.put_nowait(key)
 
+    def backlog(self) -> int:
+        """Keys queued that no worker has picked up yet."""
+        return len(self._waiting)
+
     def add_after(self, key: K, delay: float) -> None:
         """Queue `key` in `delay` seconds; an earlier timer for the key wins."""
         loop = asyncio.get_running_loop()

@@ -74,9 +74,10 @@ async def reap(pid: int) -> int:
     fd = -1
     with contextlib.suppress(OSError, AttributeError):
         fd = os.pidfd_open(pid)
-        waker = asyncio.Event()
-        asyncio.get_running_loop().add_reader(fd, waker.set)
     try:
+        if fd >= 0:
+            waker = asyncio.Event()
+            asyncio.get_running_loop().add_reader(fd, waker.set)
         while True:
             try:
                 reaped, status = os.waitpid(pid, os.WNOHANG)
@@ -87,11 +88,13 @@ async def reap(pid: int) -> int:
             if waker is None:
                 await asyncio.sleep(REAP_POLL)
                 continue
+            waker.clear()
             with contextlib.suppress(TimeoutError):  # a pidfd is readable once its process has ended
                 await asyncio.wait_for(waker.wait(), REAP_POLL * 20)
     finally:
         if fd >= 0:
-            asyncio.get_running_loop().remove_reader(fd)
+            if waker is not None:
+                asyncio.get_running_loop().remove_reader(fd)
             os.close(fd)
 
 
@@ -102,7 +105,9 @@ class Prefork:
 
     def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid, self.sock = pid, sock
-        self.gone = False  # started, failed or closed: the keeper execs from now on
+        self.gone = False  # a start tried, or closed: the keeper execs from now on
+        self.started = False  # it is the keeper's endpoint: ended and reaped by the keeper
+        self.ended = False
 
     async def start(self, link_fd: int, listen_fd: int, memory_mib: int) -> ForkedProcess:
         if self.gone:
@@ -120,21 +125,29 @@ class Prefork:
             raise ForkFailed(f"the waiting process didn't start as the endpoint: {type(err).__name__}: {err}"
                              ) from err
         self.sock.close()
+        self.started = True
         return ForkedProcess(self.pid)
 
     async def close(self) -> None:
         """The controller stops: a process never started ends when its socket closes, and is killed
-        if it hasn't within STOP_GRACE (a wedged one would hold the operator's stop). One started is
+        if it hasn't within STOP_GRACE (a wedged one would hold the operator's stop); so is one whose
+        start was cancelled midway (the keeper stopped while it waited for "started"). One started is
         the keeper's endpoint, ended by it."""
-        if not self.gone:
-            self.gone = True
+        self.gone = True
+        if not self.started:
             await self._end()
 
     async def _end(self) -> None:
+        """Once: its socket closed, then it reaped, killed past STOP_GRACE. Not again after a reap:
+        the pid may be another's by then."""
+        if self.ended:
+            return
         self.sock.close()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(reap(self.pid), STOP_GRACE)
+            self.ended = True
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
         await reap(self.pid)
+        self.ended = True

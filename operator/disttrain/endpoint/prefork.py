@@ -50,8 +50,9 @@ from disttrain.endpoint.forked import MAX_MESSAGE, Prefork
 WAITING_NAME, ENDPOINT_NAME = b"progress-wait", b"progress-endpt"
 M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 # The kernel's OOM killer picks the waiting process before the controller (the endpoint sets its own
-# 1000): its badness counts the pages it shares, and the keeper starts the endpoint by exec without it.
-WAITING_OOM_SCORE_ADJ = b"500"
+# 1000) where the container's score is below this: its badness counts the pages it shares, and the
+# keeper starts the endpoint by exec without it.
+WAITING_OOM_SCORE_ADJ = 500
 
 
 def _libc() -> ctypes.CDLL:
@@ -68,6 +69,15 @@ def _limit_arenas(count: int) -> None:
     at start-up, long past in a forked one. Its memory bound counts each arena whole."""
     with contextlib.suppress(OSError, AttributeError):
         _libc().mallopt(M_ARENA_MAX, count)
+
+
+def _raise_oom_score(score: int) -> None:
+    """Never lower: a container's processes start at the kubelet's score for its QoS (a Burstable pod's
+    is up to 999), and lowering it needs CAP_SYS_RESOURCE, which the chart drops."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/oom_score_adj", "r+b") as adj:
+        if int(adj.read()) < score:
+            adj.seek(0)
+            adj.write(b"%d" % score)
 
 
 def prefork_endpoint() -> Prefork | None:
@@ -105,8 +115,7 @@ def _serve(control: socket.socket) -> None:
     """Until the keeper's start, or the controller's end closing: then this process is the endpoint."""
     _set_name(WAITING_NAME)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C reaches the controller, which closes this
-    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "wb") as adj:
-        adj.write(WAITING_OOM_SCORE_ADJ)
+    _raise_oom_score(WAITING_OOM_SCORE_ADJ)
     message, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 2)
     if not message:
         return  # the controller is gone, or never started the endpoint (a standby that stopped)

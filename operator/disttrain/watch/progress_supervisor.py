@@ -94,10 +94,12 @@ class EndpointProcess:
                 ours.close()  # it never started: its end of the link goes too
         self.starts += 1
         metrics.PROGRESS_ENDPOINT_STARTS.inc()
-        reader, writer = await asyncio.open_connection(sock=ours, limit=MAX_LINE)
-        tasks = [asyncio.create_task(self._answer(reader, writer)), asyncio.create_task(self._certify(writer)),
-                 asyncio.create_task(self.process.wait())]
-        try:
+        tasks: list[asyncio.Task[Any]] = []
+        writer: asyncio.StreamWriter | None = None
+        try:  # from here whatever ends this start (a cancel included) ends the process too
+            reader, writer = await asyncio.open_connection(sock=ours, limit=MAX_LINE)
+            tasks = [asyncio.create_task(self._answer(reader, writer)), asyncio.create_task(self._certify(writer)),
+                     asyncio.create_task(self.process.wait())]
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in tasks:
                 if task.done() and not task.cancelled() and task.exception() is not None:
@@ -105,7 +107,10 @@ class EndpointProcess:
         finally:
             for task in tasks:
                 task.cancel()
-            writer.close()
+            if writer is not None:
+                writer.close()
+            else:
+                ours.close()
             await self._end()
 
     async def _spawn(self, link_fd: int, listen_fd: int) -> ChildProcess:
