@@ -32,7 +32,7 @@ from disttrain.control.groups import Groups
 from disttrain.control.progress_book import ProgressBook
 from disttrain.control.queues import WORKLOADS_UNLISTED_RETRY, Queues
 from disttrain.control.ssh_keys import generate_ssh_keys
-from disttrain.control.status_writes import REPORTED_PROGRESS_INTERVAL, Backlog, StatusWriter
+from disttrain.control.status_writes import REPORTED_PROGRESS_INTERVAL, StatusWriter
 from disttrain.control.teardown import Namespaces
 from disttrain.control.telling import Telling
 from disttrain.control.tombstones import RESYNC_SECONDS, Tombstones, resync_forever
@@ -71,7 +71,7 @@ class Controller:
         self.expectations: dict[JobKey, Expectations] = {}
         self.ssh_keys: dict[str, mpi.SSHKeys] = {}  # per MPI job uid
         self.uids: dict[JobKey, str] = {}
-        self.statuses = StatusWriter(kube, self.clock, progress_interval, Backlog(self.queue.backlog, workers, self.clock))
+        self.statuses = StatusWriter(kube, self.clock, progress_interval, self.queue.backlog, workers)
         self.report_to = report_to  # where the pods report training progress to (endpoint/server.py)
         self.progress = ProgressBook(wake=lambda key: self.queue.add_after(key, self.statuses.progress_due(key)),
                                      wake_now=self.queue.add,

@@ -18,12 +18,13 @@ READY column of `kubectl get dtj` may lag up to 5 s while pods come up or go unr
 failures and restarts never wait.
 
 Under a backlog (more jobs waiting for a reconcile than there are workers: a burst of new jobs; and
-as long again after it), a progress-only change waits BUSY_PROGRESS_WRITE_INTERVAL instead. Why: then the API server is what
-every job waits on, and a ready count is the write that can wait. In `make bench`'s burst of 1,000
-5-pod jobs a job's pods took 10-30 s from its Pending write to all running, so at 5 s 0.69 more
-status writes per job went out (2.69 where Pending and Running are 2), and the burst took 1.08x the
-plain client making the same Service, pods, Pending, Running and event. Phases, failures, restarts
-and usage due never wait longer; `kubectl get dtj`'s READY may lag 30 s while the backlog lasts.
+as long again after it), a progress-only change waits BUSY_PROGRESS_WRITE_INTERVAL instead. Why:
+then the API server is what every job waits on, and a ready count is the write that can wait. In
+`make bench`'s burst of 1,000 5-pod jobs a job's pods took 10-30 s from its Pending write to all
+running, so at 5 s 0.69 more status writes per job went out (2.69 where Pending and Running are
+2), and the burst took 1.08x the plain client making the same Service, pods, Pending, Running and
+event. Phases, failures, restarts and usage due never wait longer; `kubectl get dtj`'s READY may
+lag 30 s while the backlog lasts.
 
 What the pods report of their training (`status.progress`, decide/progress.py) waits longer:
 REPORTED_PROGRESS_INTERVAL after the job's last write (`disttrain run --progress-status-seconds`),
@@ -182,9 +183,9 @@ class StatusWriter:
     the last one written per job (`written`)."""
 
     def __init__(self, kube: StatusAPI, clock: Clock, reported_interval: float = REPORTED_PROGRESS_INTERVAL,
-                 busy: Callable[[], bool] = lambda: False) -> None:
+                 waiting: Callable[[], int] = lambda: 0, workers: int = 1) -> None:
         self.kube, self.clock, self.reported_interval = kube, clock, reported_interval
-        self.busy = busy  # whether reconciling has a backlog (progress-only writes wait longer)
+        self.busy = Backlog(waiting, workers, clock)  # progress-only writes wait longer while it lasts
         self.written: dict[JobKey, WrittenStatus] = {}
         self.deferred: set[JobKey] = set()  # new jobs whose first status waits for their creates
 
