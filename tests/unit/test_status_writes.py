@@ -90,7 +90,7 @@ def test_under_a_backlog_progress_waits_longer_and_a_phase_still_not_at_all() ->
         writes = len(h.kube.statuses)
         h.body["status"] = copy.deepcopy(h.status())
         h.pods[:] = h.kube.observed(phase="Running", conditions=[{"type": "Ready", "status": "False"}])
-        for n in range(h.controller.queue._workers):  # a backlog: as many jobs waiting as workers
+        for n in range(h.controller.queue._workers + 1):  # a backlog: more jobs waiting than workers
             h.controller.queue.add(("ml", f"waiting-{n}"))
         h.clock.advance(0.1)
         again = await h.reconcile()
@@ -101,7 +101,7 @@ def test_under_a_backlog_progress_waits_longer_and_a_phase_still_not_at_all() ->
 
 def test_a_backlog_holds_its_longer_wait_until_it_has_been_gone_as_long() -> None:
     """The burst's tail: its jobs' pods still come up, many at once, once the queue has drained."""
-    clock, waiting = FakeClock(), [16]
+    clock, waiting = FakeClock(), [17]
     backlog = Backlog(lambda: waiting[0], 16, clock)
     assert backlog()
     waiting[0] = 3
@@ -109,7 +109,31 @@ def test_a_backlog_holds_its_longer_wait_until_it_has_been_gone_as_long() -> Non
     assert backlog(), "drained a moment ago"
     clock.advance(1)
     assert not backlog(), "drained as long ago as the longer wait"
-    assert not Backlog(lambda: 15, 16, clock)(), "fewer waiting than workers: no backlog"
+    assert not Backlog(lambda: 16, 16, clock)(), "as many waiting as workers: no backlog"
+    assert not Backlog(lambda: 10, 1, clock)(), "one worker: fewer than MIN_BACKLOG waiting is no backlog"
+
+
+def test_under_a_backlog_reported_progress_still_waits_no_longer_than_its_own_interval() -> None:
+    """A ready count moving with the training's report must not hold the report 30 s (a review of
+    issue 45's change: "at most 15 s old" in docs/api.md)."""
+    written = WrittenStatus("5", "6", {}, 100.0)
+    base = {"phase": "Running", "ready": "4/5", "progress": {"step": 1}}
+    moved = {**base, "ready": "5/5", "progress": {"step": 2}}
+    assert progress_wait(written, base, moved, 116.0, progress_interval=BUSY_PROGRESS_WRITE_INTERVAL) is None
+    assert progress_wait(written, base, moved, 110.0, progress_interval=BUSY_PROGRESS_WRITE_INTERVAL) == \
+        pytest.approx(5.0)
+
+
+def test_a_job_kueue_queues_never_waits_the_longer_interval() -> None:
+    """A MultiKueue manager reads PodsReady off the worker's copy of the ready counts: held 30 s, a
+    count could outlast waitForPodsReady's recoveryTimeout."""
+    from disttrain.control.status_writes import StatusWriter
+    from disttrain.decide.queueing import PREBUILT_WORKLOAD, QUEUE_LABEL
+
+    writer = StatusWriter(None, FakeClock(), waiting=lambda: 100, workers=16)  # type: ignore[arg-type]
+    assert writer.progress_interval({"metadata": {}}) == BUSY_PROGRESS_WRITE_INTERVAL
+    for label in (QUEUE_LABEL, PREBUILT_WORKLOAD):
+        assert writer.progress_interval({"metadata": {"labels": {label: "q"}}}) == PROGRESS_WRITE_INTERVAL
 
 
 def test_the_created_condition_is_progress_a_new_phase_is_not() -> None:

@@ -17,8 +17,9 @@ status writes per job where 2 are needed (Pending, then Running). With 5 s: 2.0.
 READY column of `kubectl get dtj` may lag up to 5 s while pods come up or go unready; phases,
 failures and restarts never wait.
 
-Under a backlog (more jobs waiting for a reconcile than there are workers: a burst of new jobs; and
-as long again after it), a progress-only change waits BUSY_PROGRESS_WRITE_INTERVAL instead. Why:
+Under a backlog (more jobs waiting for a reconcile than there are workers: a burst of new jobs, an
+operator's restart; and as long again after it), a progress-only change of a job Kueue doesn't queue
+waits BUSY_PROGRESS_WRITE_INTERVAL instead, and reported progress still no longer than its own. Why:
 then the API server is what every job waits on, and a ready count is the write that can wait. In
 `make bench`'s burst of 1,000 5-pod jobs a job's pods took 10-30 s from its Pending write to all
 running, so at 5 s 0.69 more status writes per job went out (2.69 where Pending and Running are
@@ -55,12 +56,14 @@ import msgspec
 from disttrain.api.objects import JobRef
 from disttrain.apiserver.kube import Conflict
 from disttrain.decide.plan import Plan
+from disttrain.decide.queueing import PREBUILT_WORKLOAD, QUEUE_LABEL
 from disttrain.runtime.clock import Clock
 
 JobKey = tuple[str, str]
 
 PROGRESS_WRITE_INTERVAL = 5.0  # seconds a progress-only change waits after the job's last write
 BUSY_PROGRESS_WRITE_INTERVAL = 30.0  # the same, while reconciling has a backlog
+MIN_BACKLOG = 16  # jobs waiting, at least, that make a backlog (`--workers 1`: not any second job)
 PROGRESS_FIELDS = frozenset({"ready", "replicaStatuses"})
 REPORTED = "progress"  # what the pods reported (decide/progress.py)
 REPORTED_PROGRESS_INTERVAL = 15.0
@@ -117,6 +120,8 @@ def progress_wait(written: WrittenStatus | None, current: Mapping[str, Any], new
         return None
     rest = changed - {USAGE}
     interval = reported_interval if rest == {REPORTED} else progress_interval
+    if REPORTED in rest:  # what the pods report is never held past its own interval
+        interval = min(interval, reported_interval)
     if USAGE in changed and usage_due is not None:
         interval = usage_due if not rest else min(interval, usage_due)
     wait = written.at + interval - now
@@ -163,9 +168,9 @@ class StatusAPI(Protocol):
 
 
 class Backlog:
-    """Whether reconciling has a backlog: more jobs waiting for a worker than there are workers, or
-    had one within BUSY_PROGRESS_WRITE_INTERVAL. The burst's tail needs the hold: its pods are still
-    coming up, many jobs' at once, after the queue has drained."""
+    """Whether reconciling has a backlog: more jobs waiting for a worker than there are workers (and
+    than MIN_BACKLOG), or had one within BUSY_PROGRESS_WRITE_INTERVAL. The burst's tail needs the
+    hold: its pods are still coming up, many jobs' at once, after the queue has drained."""
 
     def __init__(self, waiting: Callable[[], int], workers: int, clock: Clock) -> None:
         self.waiting, self.workers, self.clock = waiting, workers, clock
@@ -173,7 +178,7 @@ class Backlog:
 
     def __call__(self) -> bool:
         now = self.clock.monotonic()
-        if self.waiting() >= self.workers:
+        if self.waiting() > max(self.workers, MIN_BACKLOG):
             self.until = now + BUSY_PROGRESS_WRITE_INTERVAL
         return now < self.until
 
@@ -197,6 +202,15 @@ class StatusWriter:
         """Whether the job's stop waits for a checkpoint (status.checkpoint), as of our last write."""
         body = next(iter(jobs.get(key, ())), None)
         return body is not None and bool((self.view(key, body).get("status") or {}).get("checkpoint"))
+
+    def progress_interval(self, body: Mapping[str, Any]) -> float:
+        """BUSY_PROGRESS_WRITE_INTERVAL under a backlog, but for a job Kueue queues: a MultiKueue
+        manager reads PodsReady off the worker's copy of its ready counts (decide/dispatch_steps.py),
+        and a count held 30 s could outlast waitForPodsReady's recoveryTimeout."""
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        if QUEUE_LABEL in labels or PREBUILT_WORKLOAD in labels or not self.busy():
+            return PROGRESS_WRITE_INTERVAL
+        return BUSY_PROGRESS_WRITE_INTERVAL
 
     def progress_due(self, key: JobKey) -> float:
         """Seconds until reported progress may be written for the job."""
@@ -228,7 +242,7 @@ class StatusWriter:
         if plan.usage_write is None and without_usage(plan.status) == without_usage(current):
             return True  # a usage count alone waits for a write the job needs anyway (decide/policies/usage.py)
         wait = progress_wait(self.written.get(key), current, plan.status, now, self.reported_interval,
-                             plan.usage_write, BUSY_PROGRESS_WRITE_INTERVAL if self.busy() else PROGRESS_WRITE_INTERVAL)
+                             plan.usage_write, self.progress_interval(body))
         if wait is not None:
             plan.requeue_within(wait)
         if wait is not None or plan.status == current:
