@@ -45,21 +45,31 @@ def test_the_first_endpoint_is_the_forked_process_and_a_restart_is_by_exec(tmp_p
     assert found["left"] == [], "no process of the endpoint's left behind"
 
 
-def test_an_endpoint_that_ends_as_it_starts_is_seen_to_end() -> None:
-    """A process that says it started and ends at once (an endpoint that fails at its start while the
-    controller's loop is busy): the keeper's wait() returns its code."""
+def _waiting_process(answer: bytes | None, code: int = 0, linger: float = 0.0) -> tuple[Any, int]:
+    """A process standing for the waiting one: it answers a start with `answer` (None: never reads
+    it, and ignores SIGTERM), stays `linger` seconds, and exits `code`. Its Prefork, and its pid."""
     from disttrain.endpoint.forked import Prefork
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     child = os.fork()
-    if child == 0:  # stands for the waiting process
+    if child == 0:
         ours.close()
-        theirs.recv(256)
-        theirs.send(b"started %d" % os.getpid())
-        os._exit(3)
+        if answer is None:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        else:
+            theirs.recv(256)
+            theirs.send(answer.replace(b"PID", b"%d" % os.getpid()))
+        time.sleep(linger)
+        os._exit(code)
     theirs.close()
     ours.setblocking(False)
-    prefork = Prefork(child, ours)
+    return Prefork(child, ours), child
+
+
+def test_an_endpoint_that_ends_as_it_starts_is_seen_to_end() -> None:
+    """A process that says it started and ends at once (an endpoint that fails at its start while the
+    controller's loop is busy): the keeper's wait() returns its code."""
+    prefork, _ = _waiting_process(b"started PID", code=3)
 
     async def main() -> int:
         link, listen = socket.socketpair()
@@ -77,19 +87,9 @@ def test_an_endpoint_that_ends_as_it_starts_is_seen_to_end() -> None:
 def test_a_start_answered_wrong_ends_the_waiting_process() -> None:
     """An answer that isn't "started <its pid>" fails the start (ForkFailed), and the process is
     ended and reaped: none is left running on the link and port the exec'd endpoint will get."""
-    from disttrain.endpoint.forked import ForkFailed, Prefork
+    from disttrain.endpoint.forked import ForkFailed
 
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    child = os.fork()
-    if child == 0:
-        ours.close()
-        theirs.recv(256)
-        theirs.send(b"started 1")
-        time.sleep(30)  # until killed
-        os._exit(0)
-    theirs.close()
-    ours.setblocking(False)
-    prefork = Prefork(child, ours)
+    prefork, child = _waiting_process(b"started 1", linger=30)  # until killed
 
     async def main() -> None:
         link, listen = socket.socketpair()
@@ -111,18 +111,7 @@ def test_a_start_cancelled_midway_still_ends_the_waiting_process() -> None:
     """The keeper stopped while the start waited for "started" (the operator stopping as it leads):
     close() ends and reaps the process, which would otherwise serve on unreaped (a review of issue 45's
     change: close() did nothing once a start had been tried)."""
-    from disttrain.endpoint.forked import Prefork
-
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    child = os.fork()
-    if child == 0:  # never answers, and ignores its socket's end: only a kill ends it
-        ours.close()
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        time.sleep(60)
-        os._exit(0)
-    theirs.close()
-    ours.setblocking(False)
-    prefork = Prefork(child, ours)
+    prefork, child = _waiting_process(None, linger=60)  # never answers: only a kill ends it
 
     async def main() -> None:
         link, listen = socket.socketpair()
@@ -138,7 +127,7 @@ def test_a_start_cancelled_midway_still_ends_the_waiting_process() -> None:
     began = time.monotonic()
     asyncio.run(main())
     assert time.monotonic() - began < 10
-    assert ours.fileno() == -1, "its socket closed"
+    assert prefork.sock.fileno() == -1, "its socket closed"
     assert not Path(f"/proc/{child}").exists(), "killed past the grace, and reaped"
 
 
