@@ -134,6 +134,8 @@ def test_a_job_kueue_queues_never_waits_the_longer_interval() -> None:
     assert writer.progress_interval({"metadata": {}}) == BUSY_PROGRESS_WRITE_INTERVAL
     for label in (QUEUE_LABEL, PREBUILT_WORKLOAD):
         assert writer.progress_interval({"metadata": {"labels": {label: "q"}}}) == PROGRESS_WRITE_INTERVAL
+    # Since Kueue v0.18 MultiKueue names the worker copy's Workload in an annotation (decide/queueing.py)
+    assert writer.progress_interval({"metadata": {"annotations": {PREBUILT_WORKLOAD: "q"}}}) == PROGRESS_WRITE_INTERVAL
 
 
 def test_the_created_condition_is_progress_a_new_phase_is_not() -> None:

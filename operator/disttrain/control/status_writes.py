@@ -56,7 +56,7 @@ import msgspec
 from disttrain.api.objects import JobRef
 from disttrain.apiserver.kube import Conflict
 from disttrain.decide.plan import Plan
-from disttrain.decide.queueing import PREBUILT_WORKLOAD, QUEUE_LABEL
+from disttrain.decide.queueing import prebuilt_workload, queue_name
 from disttrain.runtime.clock import Clock
 
 JobKey = tuple[str, str]
@@ -207,8 +207,9 @@ class StatusWriter:
         """BUSY_PROGRESS_WRITE_INTERVAL under a backlog, but for a job Kueue queues: a MultiKueue
         manager reads PodsReady off the worker's copy of its ready counts (decide/dispatch_steps.py),
         and a count held 30 s could outlast waitForPodsReady's recoveryTimeout."""
-        labels = (body.get("metadata") or {}).get("labels") or {}
-        if QUEUE_LABEL in labels or PREBUILT_WORKLOAD in labels or not self.busy():
+        meta = body.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if queue_name(labels) or prebuilt_workload(labels, meta.get("annotations") or {}) or not self.busy():
             return PROGRESS_WRITE_INTERVAL
         return BUSY_PROGRESS_WRITE_INTERVAL
 
