@@ -94,64 +94,60 @@ def prefork_endpoint() -> Prefork | None:
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # the endpoint's first process
+    if pid == 0:  # the endpoint's first process: its one way out is here
         ours.close()
         code = 1
         try:
-            _serve(theirs)
-            code = 0
-        except (ConnectionError, KeyboardInterrupt):
-            code = 0  # the controller went first
+            code = _serve(theirs)
         except BaseException:
             traceback.print_exc()
         finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
             os._exit(code)
     theirs.close()
     ours.setblocking(False)
     return Prefork(pid, ours)
 
 
-def _serve(control: socket.socket) -> None:
-    """Until the keeper's start, or the controller's end closing: then this process is the endpoint."""
+def _serve(control: socket.socket) -> int:
+    """Until the keeper's start, then as the endpoint: its exit code (0: the controller went before a
+    start, or never started the endpoint: a standby that stopped)."""
     _set_name(WAITING_NAME)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C reaches the controller, which closes this
     _raise_oom_score(WAITING_OOM_SCORE_ADJ)
-    message, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 2)
-    if not message:
-        return  # the controller is gone, or never started the endpoint (a standby that stopped)
-    settings = json.loads(message)
-    memory_mib = int(settings["memory_mib"])
-    if len(fds) != 2:
-        raise ValueError(f"a start needs the link and the listening socket, got {len(fds)} fds")
-    control.send(b"started %d" % os.getpid())
-    _become_endpoint(fds, memory_mib)
-
-
-def _become_endpoint(fds: list[int], memory_mib: int) -> None:
-    code = 1
     try:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        link, listen = _only_fds(fds)  # the control socket goes too: the keeper sees its end
-        _set_name(ENDPOINT_NAME)
-        _limit_arenas(2)
-        from disttrain.endpoint.process import main
+        message, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 2)
+        if not message:
+            return 0
+        settings = json.loads(message)
+        memory_mib = int(settings["memory_mib"])
+        if len(fds) != 2:
+            raise ValueError(f"a start needs the link and the listening socket, got {len(fds)} fds")
+        control.send(b"started %d" % os.getpid())
+    except (ConnectionError, KeyboardInterrupt):
+        return 0  # the controller went first
+    return _become_endpoint(fds, memory_mib)
 
-        code = main(["--link-fd", str(link), "--listen-fd", str(listen), "--memory-mib", str(memory_mib)])
+
+def _become_endpoint(fds: list[int], memory_mib: int) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    link, listen = _only_fds(fds)  # the start's socket goes too: the keeper has had its answer
+    _set_name(ENDPOINT_NAME)
+    _limit_arenas(2)
+    from disttrain.endpoint.process import main
+
+    try:
+        return main(["--link-fd", str(link), "--listen-fd", str(listen), "--memory-mib", str(memory_mib)])
     except SystemExit as exit_:
-        code = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        return 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
 
 
 def _only_fds(keep: list[int]) -> tuple[int, int]:
     """The endpoint holds what exec gave it and nothing more (exec's close_fds): stdin on /dev/null,
-    stdout and stderr, its link and its listening socket. Not the socket it was started over (its
-    closing tells the keeper it is the endpoint now), nor whatever the controller inherited from its
-    own parent."""
+    stdout and stderr, its link and its listening socket. Not the socket it was started over (the
+    keeper closes its end once answered), nor whatever the controller inherited from its own
+    parent."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
