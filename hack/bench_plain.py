@@ -23,7 +23,7 @@ import asyncio
 import datetime
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench_observe import PLAIN_GROUP, PLAIN_JOB_LABEL, PLAIN_KIND, PLAIN_PLURAL, watch_forever
@@ -122,7 +122,7 @@ class PlainClient:
     async def mark_running(self, ns: str, jobs: int, stop: asyncio.Event) -> None:
         """The operator's writes once a job's pods all run: phase Running, and its event
         (AllPodsRunning, as the operator's pass makes it: decide/reconcile.py). Returns when `jobs`
-        jobs are marked, or at `stop`."""
+        jobs are marked, at `stop`, or past 600 s."""
         running: dict[str, set[str]] = {}
         marked: set[str] = set()
         pending: list[asyncio.Task[None]] = []
@@ -145,13 +145,7 @@ class PlainClient:
                 marked.add(job)
                 pending.append(asyncio.create_task(mark(job)))
 
-        watcher = asyncio.create_task(watch_forever(
-            self.api, f"/api/v1/namespaces/{ns}/pods?labelSelector={PLAIN_JOB_LABEL}", on_pod, stop))
-        while len(marked) < jobs and not stop.is_set():
-            await asyncio.sleep(0.05)
-        await asyncio.gather(*pending)
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
+        await self.on_pods_until(ns, on_pod, lambda: len(marked) >= jobs, pending, stop)
 
     async def finish_when_chief_done(self, ns: str, jobs: int, stop: asyncio.Event) -> None:
         """The completion half: watch the namespace's pods; when a job's chief has succeeded, write
@@ -177,10 +171,17 @@ class PlainClient:
                 done.add(job)
                 pending.append(asyncio.create_task(finish(job)))
 
+        await self.on_pods_until(ns, on_pod, lambda: len(done) >= jobs, pending, stop)
+
+    async def on_pods_until(self, ns: str, on_pod: Callable[[str, dict[str, Any]], None], done: Callable[[], bool],
+                            pending: list[asyncio.Task[None]], stop: asyncio.Event, timeout: float = 600) -> None:
+        """The namespace's plain pods, each event to `on_pod`, until `done()` (or `timeout`, or `stop`);
+        then the writes it started (`pending`)."""
         watcher = asyncio.create_task(watch_forever(
             self.api, f"/api/v1/namespaces/{ns}/pods?labelSelector={PLAIN_JOB_LABEL}", on_pod, stop))
-        deadline = time.monotonic() + 600
-        while len(done) < jobs and time.monotonic() < deadline and not stop.is_set():
+        deadline = time.monotonic() + timeout
+        while not done() and time.monotonic() < deadline and not stop.is_set():
             await asyncio.sleep(0.05)
         await asyncio.gather(*pending)
         watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)

@@ -96,8 +96,7 @@ def verdict(met: bool | None) -> str:
 def pss_cell(pss: dict[str, float] | None) -> str:
     if pss is None:
         return "-"
-    # "fork_server_mb": results of a run before the endpoint's first process became the endpoint
-    other = pss.get("other_mb", pss.get("fork_server_mb", 0))
+    other = pss["other_mb"]
     return (f"{pss['controller_mb']:.0f} + {pss['endpoint_mb']:.0f}{f' + {other:.0f}' if other >= 0.5 else ''} "
             f"= {pss['sum_mb']:.0f}")
 
