@@ -117,6 +117,10 @@ class Bench:
     audit: AuditLog
     timeline: Timeline = field(default_factory=Timeline)
     results: dict[str, Any] = field(default_factory=dict)
+    plane_pids: dict[str, int] = field(default_factory=dict)  # the API server's and etcd's: their CPU a round
+
+    def plane_cpu(self) -> float:
+        return sum(process_usage(pid).cpu_seconds for pid in self.plane_pids.values())
 
     @property
     def core(self) -> Any:
@@ -184,9 +188,12 @@ class Bench:
                 names = [f"job-{i}" for i in range(jobs)]
                 marking = None if side == "operator" else asyncio.create_task(
                     self.plain.mark_running(ns, jobs, asyncio.Event()))  # the operator's Running writes, too
+                cpu, plane = process_usage(self.operator_pid).cpu_seconds, self.plane_cpu()
                 start = time.monotonic()
                 sent = await self.submit(side, ns, names)
                 end = await self.all_pods(ns, jobs * PODS_PER_JOB)
+                cpu, plane = process_usage(self.operator_pid).cpu_seconds - cpu, self.plane_cpu() - plane
+                self.results.setdefault("burst_plane_cpu_s", {}).setdefault(side, []).append(plane)
                 if marking is not None:
                     await asyncio.wait_for(marking, 600)
                     await asyncio.sleep(2.5)  # the audit log is written in batches of up to 1 s
@@ -200,7 +207,10 @@ class Bench:
                     self.results.setdefault("api_cost_rounds", []).append(self.audit.since_mark(OPERATOR_USER))
                     dups = self.timeline.duplicates(ns)
                     assert not dups, f"pods made twice: {dups[:5]}"
-                print(f"  burst round {r + 1}/{rounds} {side}: {end - start:.2f} s for {jobs * PODS_PER_JOB} pods",
+                if side == "operator":
+                    self.results.setdefault("burst_operator_cpu_s", []).append(cpu)
+                print(f"  burst round {r + 1}/{rounds} {side}: {end - start:.2f} s for {jobs * PODS_PER_JOB} pods"
+                      f" (CPU s meanwhile: the operator's controller {cpu:.1f}, the API server and etcd {plane:.1f})",
                       flush=True)
                 if r == rounds - 1:
                     kept[side] = ns
@@ -321,6 +331,10 @@ class Bench:
         self.results["progress_storm"] = bench_progress.summary(quiet, stormy, codes, writes, cpu, sender_cpu)
         print(f"  progress storm: {self.results['progress_storm']}", flush=True)
         await asyncio.gather(self.drop(ns), self.drop(probes))
+        quiet_cpu = process_usage(self.operator_pid).cpu_seconds
+        await asyncio.sleep(10)
+        print(f"  after the storm: the controller used {process_usage(self.operator_pid).cpu_seconds - quiet_cpu:.2f} "
+              f"CPU s in 10 quiet seconds", flush=True)
 
     async def after_burst(self, quiet: float = 45.0) -> None:
         """The operator's RSS when the burst's jobs are gone, and once it has been quiet a while
@@ -423,7 +437,8 @@ async def run(cluster: LocalCluster, operator_pid: int, size: Size, only: frozen
     admin = await api_client(cluster.kubeconfig)
     plain_api = await api_client(cluster.user_kubeconfig(PLAIN_USER, ["system:masters"]))
     bench = Bench(admin, PlainClient(plain_api, job_manifest("x")), operator_pid,
-                  AuditLog(cluster.root / "audit.log"))
+                  AuditLog(cluster.root / "audit.log"),
+                  plane_pids={n: cluster.processes[n] for n in ("kube-apiserver", "etcd") if n in cluster.processes})
     stop = asyncio.Event()
     watches = start_watches(admin, bench.timeline, stop)
     try:

@@ -1,7 +1,8 @@
 """`make bench`'s large jobs (issue 45): one job of 1,024 workers in each shape, on KWOK nodes.
 
 - TensorFlow, MultiWorkerMirrored's shape (workers only), gang-scheduled by Kubernetes' Workload API:
-  each pod's TF_CONFIG lists all 1,024 (128 KiB in the longest names; short ones here).
+  TF_CONFIG lists all 1,024 (128 KiB in the longest names; short ones here), each pod reading the
+  cluster from the job's ConfigMap.
 - MPI over SSH: a launcher and 1,024 workers, the hostfile and discover_hosts.sh listing them all.
 
 For each: apply -> the first pod (TF_CONFIG complete in it) or the hostfile (the ConfigMap, made before
@@ -22,6 +23,7 @@ from bench_observe import OPERATOR_USER, gather_limited, process_usage, until
 
 LARGE_WORKERS = 1024
 CHECKPOINT_REQUEST = "disttrain.dev/checkpoint-request"
+CLUSTER_ENV = "DISTTRAIN_TF_CLUSTER"  # builders/tensorflow.py
 PLAIN_POKE = "bench.disttrain.dev/poke"  # the plain client's annotation, the baseline of the fan-out
 
 
@@ -95,9 +97,16 @@ async def _hostfile(bench: Any, ns: str, config_map: str, workers: int) -> float
 
 
 async def _tf_config_members(bench: Any, ns: str, pod: str) -> int:
+    """The members the pod's process would see in TF_CONFIG: past a size, the pod reads its cluster
+    from the job's ConfigMap, `$(DISTTRAIN_TF_CLUSTER)` expanded by the kubelet (builders/tensorflow.py)."""
     found = await bench.core.read_namespaced_pod(pod, ns)
-    env = {e.name: e.value for e in found.spec.containers[0].env or []}
-    return sum(len(members) for members in json.loads(env["TF_CONFIG"])["cluster"].values())
+    env = {e.name: e for e in found.spec.containers[0].env or []}
+    value = env["TF_CONFIG"].value
+    if (source := env.get(CLUSTER_ENV)) is not None:
+        ref = source.value_from.config_map_key_ref
+        cluster = (await bench.core.read_namespaced_config_map(ref.name, ns)).data[ref.key]
+        value = value.replace(f"$({CLUSTER_ENV})", cluster)
+    return sum(len(members) for members in json.loads(value)["cluster"].values())
 
 
 async def _checkpoint_fan_out(bench: Any, ns: str, name: str) -> dict[str, Any]:

@@ -60,8 +60,8 @@ def test_a_tensorflow_job_whose_tf_config_cant_be_an_environment_variable_fails_
 
 def test_a_large_job_in_a_small_quota_costs_a_few_creates_a_pass_and_says_the_quota() -> None:
     """A 5,000-worker Gloo job in a namespace whose ResourceQuota allows 10 pods: each pass builds
-    at most MAX_PODS_PER_PASS pods and stops creating at the first refusal (batches of 1, 2, 4, ...,
-    as Kubernetes' Job controller), and the status says the quota in the API server's words.
+    at most MAX_PODS_PER_PASS pods and stops creating at the first refusal (batches of 8, 16, 32,
+    ..., as Kubernetes' Job controller from 1), and the status says the quota in the API server's words.
     Before: every pass built and tried all 5,000."""
     h = Harness(gloo_job("hvd", workers=5000))
     h.kube.refused.update({f"mnist-worker-{i}": QUOTA.format(i) for i in range(10, 5000)})

@@ -14,6 +14,7 @@ from disttrain.api.parse import parse_spec
 from disttrain.api.spec import RestartScope
 from disttrain.builders.desired import job_pod, supporting_objects
 from disttrain.builders.pods import desired_pod_keys, omp_num_threads
+from disttrain.builders.tensorflow import CLUSTER_ENV, INLINE_CLUSTER_BYTES, cluster_json
 from manifests import container, replica, tf_job
 
 REF = JobRef("mnist", "ml", "uid-1")
@@ -115,3 +116,54 @@ def test_every_task_sees_the_same_cluster(workers: int, ps: int, chief: int) -> 
     assert ("ps" in configs[0]["cluster"]) == (ps > 0)
     tasks = {(c["task"]["type"], c["task"]["index"]) for c in configs}
     assert len(tasks) == len(configs)
+
+
+def test_a_small_jobs_pods_hold_their_cluster_and_it_has_no_cluster_config_map() -> None:
+    spec = parse_spec(tf_job(chief=replica(1), worker=replica(150))["spec"])
+    assert spec.tensorflow is not None
+    assert len(cluster_json(REF.name, REF.namespace, spec.tensorflow)) <= INLINE_CLUSTER_BYTES
+    assert [o["kind"] for o in supporting_objects(REF, spec, None)] == ["Service"]
+    assert len(json.loads(env_of(job_pod(REF, spec, PodKey("worker", 0)))["TF_CONFIG"])["cluster"]["worker"]) == 150
+
+
+def test_a_large_jobs_pods_read_their_cluster_from_one_config_map_made_before_them() -> None:
+    """1,024 workers: the cluster (~40 KB) once, in `<job>-tf-cluster-<uid>`, not in each pod (which would
+    hold 40 MB of etcd between them, and make each write to a pod re-encode 40 KB)."""
+    spec = parse_spec(tf_job(chief=replica(1), worker=replica(1024))["spec"])
+    assert spec.tensorflow is not None
+    objects = supporting_objects(REF, spec, None)
+    assert [o["kind"] for o in objects] == ["Service", "ConfigMap"]
+    made = objects[1]
+    assert made["metadata"]["name"] == "mnist-tf-cluster-uid-1"
+    assert made["immutable"] is True
+    assert made["metadata"]["ownerReferences"][0]["uid"] == REF.uid
+    assert len(json.loads(made["data"]["cluster"])["worker"]) == 1024
+    pod = job_pod(REF, spec, PodKey("worker", 1023))
+    assert len(json.dumps(pod)) < 4096
+    env = pod["spec"]["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    assert names.index(CLUSTER_ENV) < names.index("TF_CONFIG")  # `$(NAME)` reads only what comes before
+    assert env[names.index(CLUSTER_ENV)] == {
+        "name": CLUSTER_ENV, "valueFrom": {"configMapKeyRef": {"name": "mnist-tf-cluster-uid-1", "key": "cluster"}}}
+    template = env[names.index("TF_CONFIG")]["value"]
+    assert json.loads(template.replace(f"$({CLUSTER_ENV})", made["data"]["cluster"])) == {
+        "cluster": json.loads(made["data"]["cluster"]), "task": {"type": "worker", "index": 1023},
+        "environment": "cloud"}
+
+
+def test_a_tf_config_of_the_users_own_wins_and_its_container_gets_no_cluster_variable() -> None:
+    """Nothing would read the cluster there: up to 128 KiB of environment more for nothing, and where
+    every container sets its own TF_CONFIG, no ConfigMap to make (or to fail on) at all."""
+    mine = {"name": "TF_CONFIG", "value": '{"task": {"type": "worker", "index": 0}}'}
+    spec = parse_spec(tf_job(worker=replica(1024, env=[mine]))["spec"])
+    env = job_pod(REF, spec, PodKey("worker", 5))["spec"]["containers"][0]["env"]
+    assert [e for e in env if e["name"] in ("TF_CONFIG", CLUSTER_ENV)] == [mine]
+    assert [o["kind"] for o in supporting_objects(REF, spec, None)] == ["Service"]
+
+    both = tf_job(worker=replica(1024))
+    both["spec"]["tensorflow"]["worker"]["template"]["spec"]["containers"].append(container(name="side", env=[mine]))
+    spec = parse_spec(both["spec"])
+    trainer, side = job_pod(REF, spec, PodKey("worker", 5))["spec"]["containers"]
+    assert [e["name"] for e in trainer["env"] if e["name"] in ("TF_CONFIG", CLUSTER_ENV)] == [CLUSTER_ENV, "TF_CONFIG"]
+    assert [e for e in side["env"] if e["name"] in ("TF_CONFIG", CLUSTER_ENV)] == [mine]
+    assert [o["kind"] for o in supporting_objects(REF, spec, None)] == ["Service", "ConfigMap"]

@@ -13,6 +13,7 @@ from disttrain.api.admission import refusals
 from disttrain.api.crd_size import CONFIG_MAP_BYTES, MAX_ENV_BYTES, mpi_workers_fit, size_rules, tf_members_fit
 from disttrain.api.objects import JobRef, PodKey
 from disttrain.api.parse import parse_spec
+from disttrain.api.spec import TensorFlowSpec
 from disttrain.builders import mpi, tensorflow
 from manifests import gloo_job, mpi_job, mwms_job, replica, tf_job
 
@@ -23,6 +24,23 @@ LONGEST_NAME = 63 - len("-worker-") - 4
 
 def size_refusals(manifest: dict[str, Any]) -> list[str]:
     return [line for line in refusals(manifest) if "too many" in line]
+
+
+def process_tf_config(ref: JobRef, tf: TensorFlowSpec, key: PodKey) -> str:
+    """The TF_CONFIG the process gets, as the kubelet makes it: `$(DISTTRAIN_TF_CLUSTER)` expanded
+    from the ConfigMap's key the variable before it names, where the job has one."""
+    env = tensorflow.pod_env(ref, tf, key)
+    value = env["TF_CONFIG"]
+    assert isinstance(value, str)
+    made = tensorflow.desired_config_map(ref, tf)
+    if made is None:
+        assert tensorflow.CLUSTER_ENV not in env
+        return value
+    assert list(env) == [tensorflow.CLUSTER_ENV, "TF_CONFIG"]  # the variable a value names comes before it
+    assert env[tensorflow.CLUSTER_ENV] == {"configMapKeyRef": {"name": made["metadata"]["name"], "key": "cluster"}}
+    cluster = made["data"]["cluster"]
+    assert len(f"{tensorflow.CLUSTER_ENV}={cluster}".encode()) + 1 <= MAX_ENV_BYTES
+    return value.replace(f"$({tensorflow.CLUSTER_ENV})", cluster)
 
 
 @pytest.mark.parametrize("length", [1, 5, 20, 38, LONGEST_NAME])
@@ -42,7 +60,7 @@ def test_the_largest_tensorflow_job_admitted_has_a_tf_config_that_fits_and_one_m
     ref = JobRef(name, LONGEST_NAMESPACE, "u")
     assert tensorflow.tf_config_too_large(ref, spec.tensorflow) is None
     for rtype, index in (("worker", most - 4), ("chief", 0), ("ps", 1)):
-        value = tensorflow.pod_env(ref, spec.tensorflow, PodKey(rtype, index))["TF_CONFIG"]
+        value = process_tf_config(ref, spec.tensorflow, PodKey(rtype, index))
         assert len(f"TF_CONFIG={value}".encode()) + 1 <= MAX_ENV_BYTES
         config = json.loads(value)
         assert config["task"] == {"type": rtype, "index": index}
@@ -53,7 +71,7 @@ def test_the_largest_tensorflow_job_admitted_has_a_tf_config_that_fits_and_one_m
 def test_a_job_whose_full_names_fit_keeps_them() -> None:
     spec = parse_spec(mwms_job("mnist", workers=1000)["spec"])
     assert spec.tensorflow is not None
-    value = tensorflow.pod_env(JobRef("mnist", "ml", "u"), spec.tensorflow, PodKey("worker", 7))["TF_CONFIG"]
+    value = process_tf_config(JobRef("mnist", "ml", "u"), spec.tensorflow, PodKey("worker", 7))
     config = json.loads(value)
     assert config["cluster"]["worker"][999] == "mnist-worker-999.mnist.ml.svc:2222"
     assert value == json.dumps(config, separators=(",", ":"))  # as json.dumps writes the whole

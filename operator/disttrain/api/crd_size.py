@@ -5,9 +5,9 @@ What grows with a job's size, and the limit each meets first:
 
 - **TF_CONFIG** lists every chief, ps and worker in each pod's environment, one variable that Linux caps
   at 131,072 bytes (MAX_ARG_STRLEN, include/uapi/linux/binfmts.h): past it `execve` fails with E2BIG and
-  no container of the job can start. Each container of a pod gets it: the etcd request limit (1.5 MiB)
-  holds eleven such containers; the API server refuses a pod past it in its own words (the job fails
-  `InvalidPodTemplate`). A job whose containers all set TF_CONFIG themselves is bounded the same: the
+  no container of the job can start. Past 8 KiB the cluster is one ConfigMap the kubelet expands
+  TF_CONFIG from (builders/tensorflow.py), so the pods stay small; the ConfigMap holds it with room to
+  spare (1 MiB). A job whose containers all set TF_CONFIG themselves is bounded the same: the
   rules can't read every template's env within CEL's cost budget.
 - **An MPI job's ConfigMap** holds the hostfile and discover_hosts.sh, one line each per worker: the API
   server refuses a ConfigMap whose data passes 1 MiB (core.MaxSecretSize, ValidateConfigMap).

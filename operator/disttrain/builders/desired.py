@@ -3,8 +3,8 @@
 
 A pod is built in three layers: the common pod (`pods`), the framework's env and volumes
 (`tensorflow` or `mpi`), then scheduling's fields (`scheduling`). The supporting objects are
-the headless Service, the framework's own (MPI's hostfile ConfigMap and SSH Secret, or Gloo's
-bootstrap ConfigMap), the opt-in
+the headless Service, the framework's own (a large TensorFlow job's cluster ConfigMap, MPI's
+hostfile ConfigMap and SSH Secret, or Gloo's bootstrap ConfigMap), the opt-in
 NetworkPolicy and
 scheduling's (a gang's PodGroup, and Workload), all made before the first pod. `provider` is the gang
 provider the job's status records (None: no gang, or none chosen yet).
@@ -28,7 +28,7 @@ def job_pod(ref: JobRef, spec: JobSpec, key: PodKey, provider: GangProvider | No
     env = pods.common_env(ref, spec, key)
     if spec.tensorflow is not None:
         env |= tensorflow.pod_env(ref, spec.tensorflow, key)
-        pod = pods.base_pod(ref, spec, key, env)
+        pod = tensorflow.without_unread_cluster(pods.base_pod(ref, spec, key, env))
     elif spec.mpi is not None and spec.mpi.gloo:
         env |= gloo.pod_env(ref, spec.mpi, key)
         pod = gloo.pod_additions(ref, spec.mpi, key, pods.base_pod(ref, spec, key, env))
@@ -53,7 +53,9 @@ def supporting_objects(
 ) -> list[dict[str, Any]]:
     """What the pods need before they start, in the order they are created."""
     if spec.tensorflow is not None:
-        objects = [pods.headless_service(ref, tensorflow.service_port(spec.tensorflow))]
+        cluster = tensorflow.desired_config_map(ref, spec.tensorflow)
+        objects = [pods.headless_service(ref, tensorflow.service_port(spec.tensorflow)),
+                   *([cluster] if cluster else [])]
     elif spec.mpi is not None and spec.mpi.gloo:
         objects = [pods.headless_service(ref, gloo.service_port()), gloo.desired_config_map(ref)]
     else:

@@ -56,7 +56,12 @@ def headless_service(job: JobRef, port: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def common_env(job: JobRef, spec: JobSpec, key: PodKey) -> dict[str, str]:
+# A variable's value: a string, or where the kubelet reads it at the container's start (an
+# EnvVarSource, such as a ConfigMap's key), written as `valueFrom`.
+EnvValue = str | Mapping[str, Any]
+
+
+def common_env(job: JobRef, spec: JobSpec, key: PodKey) -> dict[str, EnvValue]:
     return {
         JOB_NAME_ENV: job.name,
         REPLICA_TYPE_ENV: str(key.replica_type),
@@ -65,7 +70,7 @@ def common_env(job: JobRef, spec: JobSpec, key: PodKey) -> dict[str, str]:
     }
 
 
-def base_pod(job: JobRef, spec: JobSpec, key: PodKey, env: Mapping[str, str]) -> dict[str, Any]:
+def base_pod(job: JobRef, spec: JobSpec, key: PodKey, env: Mapping[str, EnvValue]) -> dict[str, Any]:
     """The replica's template made into pod `<job>-<type>-<index>`: its identity, its DNS name
     (hostname + subdomain), the kubelet's share of the restart policy, and `env` in every container."""
     replica = spec.replicas[key.replica_type]
@@ -86,8 +91,9 @@ def base_pod(job: JobRef, spec: JobSpec, key: PodKey, env: Mapping[str, str]) ->
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
 
-def with_env(container: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """The container with our variables added. A variable the user set wins: it is theirs to
+def with_env(container: Mapping[str, Any], env: Mapping[str, EnvValue]) -> dict[str, Any]:
+    """The container with our variables added, after the user's and in `env`'s order (a value's
+    `$(NAME)` reads only the variables before it). A variable the user set wins: it is theirs to
     override (a hand-written TF_CONFIG for debugging, a tuned OMP_NUM_THREADS)."""
     out = dict(container)
     current = list(out.get("env") or [])
@@ -96,7 +102,8 @@ def with_env(container: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, 
     threads = omp_num_threads(out)
     if threads is not None:
         wanted[OMP_NUM_THREADS_ENV] = str(threads)
-    current.extend({"name": k, "value": v} for k, v in wanted.items() if k not in taken)
+    current.extend(({"name": k, "value": v} if isinstance(v, str) else {"name": k, "valueFrom": copy.deepcopy(dict(v))})
+                   for k, v in wanted.items() if k not in taken)
     out["env"] = current
     return out
 

@@ -2,21 +2,39 @@
 
 Every container of every pod gets TF_CONFIG (docs/api.md, "TF_CONFIG"); a variable the user set
 in the template wins.
+
+A large job's cluster is not written into each of its pods. Each pod's TF_CONFIG lists every
+member, so a job's pods held its cluster once per pod: 1,024 workers, ~40 KB a pod, 40 MB in etcd,
+and every write to one of them (the checkpoint request's annotation) re-encodes 40 KB: annotating
+1,024 such pods took 4.4 s where 1,025 small MPI pods took 2.0 (issue 45's bench). Past
+INLINE_CLUSTER_BYTES the cluster is one ConfigMap, `<job>-tf-cluster-<uid>`, made before the pods, that
+each container reads as DISTTRAIN_TF_CLUSTER (`valueFrom.configMapKeyRef`), and TF_CONFIG names it
+as `$(DISTTRAIN_TF_CLUSTER)`, which the kubelet expands when the container starts (a dependent
+environment variable: k8s pkg/kubelet/kubelet_pods.go makeEnvironmentVariables, then
+third_party/forked/golang/expansion). The process sees the same TF_CONFIG either way.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from disttrain.api.constants import TF_CONFIG_ENV
 from disttrain.api.crd_size import MAX_ENV_BYTES, tf_members_fit
-from disttrain.api.objects import JobRef, PodKey
+from disttrain.api.objects import JobRef, PodKey, object_meta
 from disttrain.api.parse import SpecError
 from disttrain.api.spec import CLUSTER_MEMBER_TYPES, TensorFlowSpec
-from disttrain.builders.naming import pod_fqdn, pod_name, service_name
+from disttrain.builders.naming import job_labels, pod_fqdn, pod_name, service_name
+from disttrain.builders.pods import EnvValue
+
+# The largest cluster (JSON bytes) written into each pod's TF_CONFIG: about 200 members. Past it the
+# pods read it from the job's ConfigMap, so what a job's pods hold grows with its size, not its square.
+INLINE_CLUSTER_BYTES = 8_192
+CLUSTER_ENV = "DISTTRAIN_TF_CLUSTER"
+CLUSTER_KEY = "cluster"
 
 
 def _members(tf: TensorFlowSpec) -> tuple[tuple[str, int], ...]:
@@ -88,8 +106,51 @@ def _sets_tf_config(template: Mapping[str, Any]) -> bool:
                                         for e in c.get("env") or []) for c in containers if isinstance(c, Mapping))
 
 
-def pod_env(job: JobRef, tf: TensorFlowSpec, key: PodKey) -> dict[str, str]:
-    return {TF_CONFIG_ENV: tf_config(cluster_json(job.name, job.namespace, tf), key.replica_type, key.index)}
+def pod_env(job: JobRef, tf: TensorFlowSpec, key: PodKey) -> dict[str, EnvValue]:
+    cluster = cluster_json(job.name, job.namespace, tf)
+    if len(cluster) <= INLINE_CLUSTER_BYTES:
+        return {TF_CONFIG_ENV: tf_config(cluster, key.replica_type, key.index)}
+    # The referenced variable first: `$(NAME)` expands only a variable defined before it.
+    return {CLUSTER_ENV: {"configMapKeyRef": {"name": cluster_config_map_name(job), "key": CLUSTER_KEY}},
+            TF_CONFIG_ENV: tf_config(f"$({CLUSTER_ENV})", key.replica_type, key.index)}
+
+
+def without_unread_cluster(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod with DISTTRAIN_TF_CLUSTER taken out of each container whose TF_CONFIG is the user's:
+    nothing there reads it, and up to 128 KiB more of environment is not to be added for nothing."""
+    def ours(container: Mapping[str, Any]) -> bool:
+        return any(e.get("name") == TF_CONFIG_ENV and f"$({CLUSTER_ENV})" in str(e.get("value", ""))
+                   for e in container.get("env") or [])
+
+    containers = pod["spec"]["containers"]
+    if all(ours(c) or not any(e.get("name") == CLUSTER_ENV for e in c.get("env") or []) for c in containers):
+        return pod
+    pod["spec"]["containers"] = [c if ours(c) else {**c, "env": [e for e in c["env"] if e.get("name") != CLUSTER_ENV]}
+                                 for c in containers]
+    return pod
+
+
+def cluster_config_map_name(job: JobRef) -> str:
+    """Named for the job's uid too (as its SSH Secret: builders/mpi.py): no ConfigMap of the user's, and
+    no earlier job's of the same name that garbage collection has yet to remove, holds the name."""
+    part = re.sub(r"[^a-z0-9-]", "", job.uid.lower())[:8].strip("-")  # `disttrain render`'s placeholder too
+    return f"{job.name}-tf-cluster-{part}" if part else f"{job.name}-tf-cluster"
+
+
+def desired_config_map(job: JobRef, tf: TensorFlowSpec) -> dict[str, Any] | None:
+    """The ConfigMap a large job's pods read their cluster from; None where it is in their TF_CONFIG,
+    or where every container sets its own. Made once, before the first pod, and immutable: a job's
+    members never change, and the kubelet stops watching an immutable ConfigMap once read (k8s
+    pkg/kubelet/util/manager/watch_based_manager.go), where each node running a pod of the job would
+    otherwise keep a watch on up to 128 KiB."""
+    if all(_sets_tf_config(r.template) for r in tf.replicas.values()):
+        return None
+    cluster = cluster_json(job.name, job.namespace, tf)
+    if len(cluster) <= INLINE_CLUSTER_BYTES:
+        return None
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": object_meta(job, cluster_config_map_name(job), job_labels(job.name)),
+            "immutable": True, "data": {CLUSTER_KEY: cluster}}
 
 
 def service_port(tf: TensorFlowSpec) -> dict[str, Any]:

@@ -19,6 +19,15 @@ from disttrain.control.groups import Groups
 from disttrain.decide.reasons import Reason
 from disttrain.runtime import metrics
 
+# The first batch of a pass's pod creates: a job of up to 8 pods (most jobs: a chief, a few ps and
+# workers) in one round trip; a refusal costs at most 8 creates a pass.
+FIRST_BATCH = 8
+
+
+def data_digest(data: Any) -> str:
+    """A ConfigMap's data in 16 hex digits: what a pod's discovery annotation says it mounts."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
 
 class ChildrenAPI(Protocol):
     async def create(self, obj: dict[str, Any]) -> str | None: ...
@@ -33,7 +42,9 @@ class Children:
         self.kube, self.groups = kube, groups
         self.creates = asyncio.Semaphore(create_concurrency)
         self.supported: set[str] = set()  # uids of jobs whose supporting objects exist and are theirs
-        self.written: dict[tuple[str, str], Any] = {}  # (job uid, object name) -> content last written
+        # (job uid, object name) -> the digest of the data last written: a large MPI job's hostfile and a
+        # large TensorFlow job's cluster are up to 1 MiB and 128 KiB, kept here in 16 characters.
+        self.written: dict[tuple[str, str], str] = {}
         self.annotated: dict[tuple[str, str], str] = {}  # (job uid, pod uid) -> discovery digest annotated
         self.marked: dict[tuple[str, str], dict[str, str]] = {}  # (job uid, pod uid) -> plan annotations made
         self.annotating: list[set[str]] = []  # per fan-out in flight: the jobs forgotten meanwhile
@@ -46,13 +57,14 @@ class Children:
         for forgotten in self.annotating:
             forgotten.add(uid)
 
-    async def create_all(self, exp: Expectations, ref: JobRef, framework: str,
-                          objects: list[dict[str, Any]]) -> tuple[tuple[Reason, str] | None, bool]:
-        """Create the supporting objects, then (once they are all this job's) the pods, concurrently.
-        Returns why the job must fail, if it must, and whether to look again soon."""
+    async def create_all(self, exp: Expectations, ref: JobRef, framework: str, objects: list[dict[str, Any]],
+                         again: bool = False) -> tuple[tuple[Reason, str] | None, bool]:
+        """Create the supporting objects (`again`: even if this process made them before), then (once
+        they are all this job's) the pods, concurrently. Returns why the job must fail, if it must, and
+        whether to look again soon."""
         pods = [o for o in objects if o["kind"] == "Pod"]
         supporting = [o for o in objects if o["kind"] != "Pod"]
-        if supporting and ref.uid not in self.supported:
+        if supporting and (again or ref.uid not in self.supported):
             for obj in supporting:
                 what = f"{obj['kind']} {obj['metadata']['name']} can't be created"
                 try:
@@ -73,11 +85,13 @@ class Children:
 
     async def _create_pods(self, exp: Expectations, ref: JobRef, framework: str,
                            pods: list[dict[str, Any]]) -> tuple[Reason, str] | None:
-        """Create pods in batches of 1, 2, 4, ... (a batch at a time, each concurrently), stopping
-        after a batch one of whose creates failed: Kubernetes' Job controller does the same
+        """Create pods in batches of 8, 16, 32, ... (a batch at a time, each concurrently), stopping
+        after a batch one of whose creates failed: Kubernetes' Job controller does the same from 1
         (pkg/controller/job, slowStartBatch) so that a job its quota or a webhook refuses costs
-        a request or a few, not one per pod, every pass (a 5,000-worker job in a 10-pod quota)."""
-        size, start = 1, 0
+        a few requests, not one per pod, every pass (a 5,000-worker job in a 10-pod quota). From
+        FIRST_BATCH, most jobs' pods are made in one round trip: from 1, a 5-pod job took three,
+        which bound a burst of 1,000 such jobs by `--workers` x the API server's latency (issue 45)."""
+        size, start = FIRST_BATCH, 0
         while start < len(pods):
             batch = pods[start:start + size]
             results = await asyncio.gather(*(self._create_pod(exp, ref, framework, p) for p in batch))
@@ -93,7 +107,7 @@ class Children:
             if obj["kind"] == "Service":
                 metrics.JOBS_CREATED.inc()
             if obj["kind"] == "ConfigMap":
-                self.written[(ref.uid, obj["metadata"]["name"])] = obj["data"]
+                self.written[(ref.uid, obj["metadata"]["name"])] = data_digest(obj["data"])
             return Ownership.OURS
         if obj["kind"] == "Secret":
             # Named for the job's uid (builders/mpi.py, secret_name): taken, it is this job's, made
@@ -152,16 +166,16 @@ class Children:
             found = await self.kube.get(obj)
             if found is None or ownership(ref, found.get("metadata")) is not Ownership.OURS:
                 return  # not made yet, or an earlier job's: made with this job's next pods
-            self.written[memory] = found.get("data") or {}
-        if self.written.get(memory) != obj["data"]:
+            self.written[memory] = data_digest(found.get("data") or {})
+        digest = data_digest(obj["data"])
+        if self.written.get(memory) != digest:
             if not await self.kube.patch_config_map_data(obj):
                 return
-            self.written[memory] = obj["data"]
+            self.written[memory] = digest
         # Each pod's annotation is remembered only once made: a failed one (429, 500, a timeout)
         # raises, the pass is retried, and the annotation is tried again, not left to the kubelet's
         # minute (issue 31: longer than the default 30 s scale-down delay, so a removed worker was
         # killed before Horovod dropped it). A new process annotates once more: the same value.
-        digest = hashlib.sha256(json.dumps(obj["data"], sort_keys=True).encode()).hexdigest()[:16]
         wanted = {DISCOVERY_ANNOTATION: digest}
         await self._annotate_each(ref, [(pod, wanted, digest) for pod in remount
                                         if self.annotated.get((ref.uid, pod.uid)) != digest], lambda: self.annotated)

@@ -221,7 +221,7 @@ class Controller:
             return 1.0  # Kueue wrote the Workload meanwhile: again, from its newer state
         if await self.groups.release(ref, plan.delete_objects):
             self.children.supported.discard(ref.uid)  # made afresh with the next pods
-        failure, wait = await self.children.create_all(exp, ref, framework, plan.create)
+        failure, wait = await self.children.create_all(exp, ref, framework, plan.create, plan.ensure_supporting)
         for obj in plan.keep_current:
             await self.children.keep_current(ref, obj, plan.remount)
         await self.children.annotate(ref, plan.annotate)

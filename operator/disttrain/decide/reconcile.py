@@ -26,7 +26,7 @@ from disttrain.api.observed import ObservedPod
 from disttrain.api.spec import ReplicaType, RestartScope
 from disttrain.api.status import FINISHED, Phase, set_condition, timestamp
 from disttrain.builders import gang, mpi
-from disttrain.builders.desired import config_map, job_pod, supporting_objects
+from disttrain.builders.desired import config_map, job_pod
 from disttrain.decide import (
     checkpoint_steps,
     claim_steps,
@@ -38,6 +38,7 @@ from disttrain.decide import (
     queue_steps,
     size_steps,
     stall_steps,
+    supporting_steps,
 )
 from disttrain.decide.passes import JobState, Pass
 from disttrain.decide.plan import Plan
@@ -205,7 +206,7 @@ def start(p: Pass) -> bool:
     """Create what is missing, then say where the job stands."""
     elastic_steps.scale_down(p)
     create_missing(p)
-    if (current := config_map(p.job.ref, p.spec, running_workers(p))) is not None:
+    if (current := config_map(p.job.ref, p.spec, supporting_steps.running_workers(p))) is not None:
         p.plan.keep_current.append(current)
         if elastic.settings(p.spec) is not None:  # horovodrun reads discover_hosts.sh every second
             p.plan.remount = [pod for pod in p.live if pod.replica_type == ReplicaType.LAUNCHER]
@@ -254,11 +255,11 @@ def create_missing(p: Pass) -> None:
                  if name not in present and startup.may_start(p.spec, key, p.live, p.wanted_workers)]
     if not to_create:
         name_reuse_steps.forget(p)  # a wait nothing is left to make pods after (an operator rolled back and forth)
+        supporting_steps.restore_lost(p)
         return
     if name_reuse_steps.settling(p, p.job.name_reuse_seconds):
         return
-    p.plan.create.extend(supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider,
-                                            p.gang_api, p.ssh_secret, p.job.report_to))
+    supporting_steps.plan(p)
     # A running job's group was admitted (its phase isn't read again then: control/groups.py); an
     # elastic job's worker added or replaced while it runs joins it.
     if p.provider is not None and p.phase is not Phase.RUNNING and not gang.admitted(p.provider, p.job.group):
@@ -288,10 +289,3 @@ def explain_waiting(p: Pass) -> None:
         return
     if found is not None:
         p.plan.status["reason"], p.plan.status["message"] = found.reason.value, found.message
-
-
-def running_workers(p: Pass) -> list[int]:
-    """discover_hosts.sh's workers: an elastic job's in discovery, else every Running one."""
-    if elastic.settings(p.spec) is not None:
-        return [pod.index for pod in elastic.discovered(p.live, p.wanted_workers)]
-    return sorted(pod.index for pod in p.live if pod.replica_type == ReplicaType.WORKER and pod.phase == "Running")

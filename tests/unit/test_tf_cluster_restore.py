@@ -1,0 +1,63 @@
+"""A large TensorFlow job's cluster ConfigMap (builders/tensorflow.py) through the controller: made
+before the first pod, and made again when a container waits for it after someone deleted it
+(decide/supporting_steps.py): the kubelet reads it at every container start, in-place restarts
+included, and no pod would be missing for the operator to make."""
+
+from __future__ import annotations
+
+from fakes import FakeKube
+from test_controller import RUNNING, Harness, run
+
+from disttrain.builders.tensorflow import cluster_config_map_name
+from manifests import mwms_job
+
+WORKERS = 250  # a cluster of ~9 KB: past INLINE_CLUSTER_BYTES
+
+
+def config_map_writes(kube: FakeKube) -> list[str]:
+    return [w for w in kube.writes("create") if w.startswith("ConfigMap/")]
+
+
+def waiting_for(name: str) -> dict[str, object]:
+    return {"phase": "Pending", "containerStatuses": [{"name": "tensorflow", "restartCount": 0, "state": {
+        "waiting": {"reason": "CreateContainerConfigError", "message": f'configmap "{name}" not found'}}}]}
+
+
+def test_the_cluster_config_map_comes_before_the_pods_and_once() -> None:
+    h = Harness(mwms_job("mnist", workers=WORKERS))
+    name = cluster_config_map_name(h.controller_ref())
+
+    async def scenario() -> None:
+        for _ in range(WORKERS // 64 + 2):
+            await h.reconcile()
+            h.watch(**RUNNING)
+        creates = h.kube.writes("create")
+        assert creates[:2] == ["Service/ml/mnist", f"ConfigMap/ml/{name}"]
+        assert config_map_writes(h.kube) == [f"ConfigMap/ml/{name}"]
+        assert len(h.kube.pods()) == WORKERS and h.status()["phase"] == "Running"
+    run(scenario)
+
+
+def test_a_deleted_cluster_config_map_a_container_waits_for_is_made_again() -> None:
+    h = Harness(mwms_job("mnist", workers=WORKERS, restartPolicy="OnFailure"))
+    name = cluster_config_map_name(h.controller_ref())
+
+    async def scenario() -> None:
+        for _ in range(WORKERS // 64 + 2):
+            await h.reconcile()
+            h.watch(**RUNNING)
+        made = next(k for k in h.kube.objects if k[0] == "ConfigMap")
+        del h.kube.objects[made]  # `kubectl delete configmap`
+        h.kube.calls.clear()
+        await h.reconcile()  # every container running: nothing asks for it
+        assert config_map_writes(h.kube) == []
+        h.watch(**waiting_for(name))  # a container (re)started, and its start waits for it
+        await h.reconcile()
+        assert config_map_writes(h.kube) == [f"ConfigMap/ml/{name}"]
+        assert made in h.kube.objects
+        assert not [w for w in h.kube.writes("create") if w.startswith("Pod/")]  # no pod made twice
+        h.kube.calls.clear()
+        h.watch(**waiting_for("someone-elses"))  # waiting for a ConfigMap that isn't the operator's
+        await h.reconcile()
+        assert config_map_writes(h.kube) == []
+    run(scenario)
