@@ -99,8 +99,8 @@ def resume_if_suspended(p: Pass) -> None:
         p.move(Phase.PENDING, Reason.JOB_RESUMED, "runPolicy.suspend is false again: starting afresh")
         p.plan.status["startTime"] = timestamp(p.now)
     queue_steps.pause(p, active=True)
-    if p.job.queue is None:  # a queued job starts when admitted
-        p.plan.status.setdefault("startTime", timestamp(p.now))
+    if p.job.queue is None and "startTime" not in p.plan.status:  # a queued job starts when admitted
+        p.plan.status["startTime"] = timestamp(p.now)  # strftime: formatted only when it is written
 
 
 def fail_past_deadline(p: Pass) -> bool:
