@@ -18,9 +18,9 @@ def config_map_writes(kube: FakeKube) -> list[str]:
     return [w for w in kube.writes("create") if w.startswith("ConfigMap/")]
 
 
-def waiting_for(name: str) -> dict[str, object]:
+def waiting_for(name: str, kind: str = "configmap") -> dict[str, object]:
     return {"phase": "Pending", "containerStatuses": [{"name": "tensorflow", "restartCount": 0, "state": {
-        "waiting": {"reason": "CreateContainerConfigError", "message": f'configmap "{name}" not found'}}}]}
+        "waiting": {"reason": "CreateContainerConfigError", "message": f'{kind} "{name}" not found'}}}]}
 
 
 def test_the_cluster_config_map_comes_before_the_pods_and_once() -> None:
@@ -53,11 +53,14 @@ def test_a_deleted_cluster_config_map_a_container_waits_for_is_made_again() -> N
         assert config_map_writes(h.kube) == []
         h.watch(**waiting_for(name))  # a container (re)started, and its start waits for it
         await h.reconcile()
-        assert config_map_writes(h.kube) == [f"ConfigMap/ml/{name}"]
+        assert h.kube.writes("create") == [f"ConfigMap/ml/{name}"]  # that alone: no pod made twice, no Service
         assert made in h.kube.objects
-        assert not [w for w in h.kube.writes("create") if w.startswith("Pod/")]  # no pod made twice
         h.kube.calls.clear()
-        h.watch(**waiting_for("someone-elses"))  # waiting for a ConfigMap that isn't the operator's
-        await h.reconcile()
-        assert config_map_writes(h.kube) == []
+        await h.reconcile()  # the kubelet's message still stands: made already, found the job's own
+        assert h.kube.writes("create") == [f"ConfigMap/ml/{name}"] and h.status()["phase"] != "Failed"
+        for other in (waiting_for("someone-elses"), waiting_for(name, kind="secret")):  # not what the operator made
+            h.kube.calls.clear()
+            h.watch(**other)
+            await h.reconcile()
+            assert config_map_writes(h.kube) == []
     run(scenario)

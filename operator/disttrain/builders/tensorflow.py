@@ -118,9 +118,9 @@ def pod_env(job: JobRef, tf: TensorFlowSpec, key: PodKey) -> dict[str, EnvValue]
 def without_unread_cluster(pod: dict[str, Any]) -> dict[str, Any]:
     """The pod with DISTTRAIN_TF_CLUSTER taken out of each container whose TF_CONFIG is the user's:
     nothing there reads it, and up to 128 KiB more of environment is not to be added for nothing."""
-    def ours(container: Mapping[str, Any]) -> bool:
-        return any(e.get("name") == TF_CONFIG_ENV and f"$({CLUSTER_ENV})" in str(e.get("value", ""))
-                   for e in container.get("env") or [])
+    def ours(container: Mapping[str, Any]) -> bool:  # our TF_CONFIG: after the variable it names (pods.with_env)
+        names = [e.get("name") for e in container.get("env") or []]
+        return CLUSTER_ENV in names and TF_CONFIG_ENV in names[names.index(CLUSTER_ENV):]
 
     containers = pod["spec"]["containers"]
     if all(ours(c) or not any(e.get("name") == CLUSTER_ENV for e in c.get("env") or []) for c in containers):

@@ -42,6 +42,7 @@ class Children:
         self.kube, self.groups = kube, groups
         self.creates = asyncio.Semaphore(create_concurrency)
         self.supported: set[str] = set()  # uids of jobs whose supporting objects exist and are theirs
+        self.refused: set[str] = set()  # uids of jobs whose last pod creates were refused
         # (job uid, object name) -> the digest of the data last written: a large MPI job's hostfile and a
         # large TensorFlow job's cluster are up to 1 MiB and 128 KiB, kept here in 16 characters.
         self.written: dict[tuple[str, str], str] = {}
@@ -51,6 +52,7 @@ class Children:
 
     def forget(self, uid: str) -> None:
         self.supported.discard(uid)
+        self.refused.discard(uid)
         self.written = {k: v for k, v in self.written.items() if k[0] != uid}
         self.annotated = {k: v for k, v in self.annotated.items() if k[0] != uid}
         self.marked = {k: v for k, v in self.marked.items() if k[0] != uid}
@@ -58,30 +60,39 @@ class Children:
             forgotten.add(uid)
 
     async def create_all(self, exp: Expectations, ref: JobRef, framework: str, objects: list[dict[str, Any]],
-                         again: bool = False) -> tuple[tuple[Reason, str] | None, bool]:
-        """Create the supporting objects (`again`: even if this process made them before), then (once
-        they are all this job's) the pods, concurrently. Returns why the job must fail, if it must, and
-        whether to look again soon."""
+                         again: Sequence[dict[str, Any]] = ()) -> tuple[tuple[Reason, str] | None, bool]:
+        """Create the supporting objects, then (once they are all this job's) the pods, concurrently;
+        `again`, objects to create even if this process made them before (decide/supporting_steps.py).
+        Returns why the job must fail, if it must, and whether to look again soon."""
         pods = [o for o in objects if o["kind"] == "Pod"]
         supporting = [o for o in objects if o["kind"] != "Pod"]
-        if supporting and (again or ref.uid not in self.supported):
-            for obj in supporting:
-                what = f"{obj['kind']} {obj['metadata']['name']} can't be created"
-                try:
-                    ownership = await self._create_owned(ref, obj)
-                except Invalid as err:
-                    return (Reason.INVALID_OBJECT, f"{what}: {err}"), False
-                except Refused as err:  # a ResourceQuota on count/secrets, a policy engine: may pass
-                    if isinstance(err, NotServed) and obj["kind"] in ("Workload", "PodGroup"):
-                        self.groups.forget_served()  # a gang API version an upgrade removed: read what is served
-                    return (Reason.CREATE_REFUSED, f"{what}: {err}"), False
-                if ownership is Ownership.FOREIGN:
-                    return (Reason.OBJECT_NOT_OWNED, not_owned_message(ref, obj)), False
-                if ownership is Ownership.WAIT:
-                    return None, True
+        if again and (verdict := await self._create_supporting(ref, again)) is not None:
+            return verdict
+        if supporting and ref.uid not in self.supported:
+            if (verdict := await self._create_supporting(ref, supporting)) is not None:
+                return verdict
             self.supported.add(ref.uid)
             self.groups.forget(ref.uid)
         return await self._create_pods(exp, ref, framework, pods), False
+
+    async def _create_supporting(self, ref: JobRef, objects: Sequence[dict[str, Any]]
+                                 ) -> tuple[tuple[Reason, str] | None, bool] | None:
+        """Each object made, or found this job's; else create_all's answer for the first that isn't."""
+        for obj in objects:
+            what = f"{obj['kind']} {obj['metadata']['name']} can't be created"
+            try:
+                ownership = await self._create_owned(ref, obj)
+            except Invalid as err:
+                return (Reason.INVALID_OBJECT, f"{what}: {err}"), False
+            except Refused as err:  # a ResourceQuota on count/secrets, a policy engine: may pass
+                if isinstance(err, NotServed) and obj["kind"] in ("Workload", "PodGroup"):
+                    self.groups.forget_served()  # a gang API version an upgrade removed: read what is served
+                return (Reason.CREATE_REFUSED, f"{what}: {err}"), False
+            if ownership is Ownership.FOREIGN:
+                return (Reason.OBJECT_NOT_OWNED, not_owned_message(ref, obj)), False
+            if ownership is Ownership.WAIT:
+                return None, True
+        return None
 
     async def _create_pods(self, exp: Expectations, ref: JobRef, framework: str,
                            pods: list[dict[str, Any]]) -> tuple[Reason, str] | None:
@@ -89,15 +100,17 @@ class Children:
         after a batch one of whose creates failed: Kubernetes' Job controller does the same from 1
         (pkg/controller/job, slowStartBatch) so that a job its quota or a webhook refuses costs
         a few requests, not one per pod, every pass (a 5,000-worker job in a 10-pod quota). From
-        FIRST_BATCH, most jobs' pods are made in one round trip: from 1, a 5-pod job took three,
-        which bound a burst of 1,000 such jobs by `--workers` x the API server's latency (issue 45)."""
-        size, start = FIRST_BATCH, 0
+        FIRST_BATCH, most jobs' pods are made in one round trip: from 1, a 5-pod job took three. A job
+        whose last pass was refused starts from 1 again: its retries cost one refused create each."""
+        size, start = 1 if ref.uid in self.refused else FIRST_BATCH, 0
         while start < len(pods):
             batch = pods[start:start + size]
             results = await asyncio.gather(*(self._create_pod(exp, ref, framework, p) for p in batch))
             if (failed := next((r for r in results if r is not None), None)) is not None:
+                self.refused.add(ref.uid)
                 return failed
             start, size = start + len(batch), size * 2
+        self.refused.discard(ref.uid)
         return None
 
     async def _create_owned(self, ref: JobRef, obj: dict[str, Any]) -> Ownership:

@@ -221,14 +221,14 @@ class Controller:
             return 1.0  # Kueue wrote the Workload meanwhile: again, from its newer state
         if await self.groups.release(ref, plan.delete_objects):
             self.children.supported.discard(ref.uid)  # made afresh with the next pods
-        failure, wait = await self.children.create_all(exp, ref, framework, plan.create, plan.ensure_supporting)
+        failure, wait = await self.children.create_all(exp, ref, framework, plan.create, plan.restore)
         for obj in plan.keep_current:
             await self.children.keep_current(ref, obj, plan.remount)
         await self.children.annotate(ref, plan.annotate)
         if failure is not None and failure[0] in REFUSED:
             return await self._refused(key, ref, body, plan, *failure)
-        if any(o["kind"] == "Pod" for o in plan.create):
-            self.refusals.pop(key, None)  # its pods were made: the refusal has passed
+        if plan.restore or any(o["kind"] == "Pod" for o in plan.create):
+            self.refusals.pop(key, None)  # its pods (or what they wait for) were made: the refusal has passed
         if failure is not None:
             # On top of the status just written, so start time, counts and conditions stay.
             return await self._fail(key, ref, plan.status, self.statuses.last_version(key, plan.status, body),

@@ -33,9 +33,9 @@ class WorkloadOp:
 class Plan:
     status: dict[str, Any]
     create: list[dict[str, Any]] = field(default_factory=list)  # supporting objects first, then pods
-    # Make the supporting objects in `create` even if this process made them before: a container waits
-    # for one that is gone (decide/supporting_steps.py).
-    ensure_supporting: bool = False
+    # Supporting objects to make even if this process made them before: a container waits for one that
+    # is gone (decide/supporting_steps.py).
+    restore: list[dict[str, Any]] = field(default_factory=list)
     delete: list[ObservedPod] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     delete_job: bool = False

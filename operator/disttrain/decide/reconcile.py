@@ -253,9 +253,9 @@ def create_missing(p: Pass) -> None:
     present = {pod.name for pod in p.own}
     to_create = [key for name, key in p.wanted.items()
                  if name not in present and startup.may_start(p.spec, key, p.live, p.wanted_workers)]
+    supporting_steps.restore_lost(p)
     if not to_create:
         name_reuse_steps.forget(p)  # a wait nothing is left to make pods after (an operator rolled back and forth)
-        supporting_steps.restore_lost(p)
         return
     if name_reuse_steps.settling(p, p.job.name_reuse_seconds):
         return

@@ -6,8 +6,9 @@ whose exist). A ConfigMap a container reads when it starts can be deleted by han
 kubelet reads a large TensorFlow job's cluster (builders/tensorflow.py, `valueFrom`) at every start
 of a container, an in-place restart (`OnFailure`, `Always`) included, and a container whose ConfigMap
 is gone waits in CreateContainerConfigError (`configmap "<name>" not found`), with no pod missing for
-the operator to make. Such a wait puts the objects in the plan even with no pod to create, and has
-them made even if this process made them before (`Plan.ensure_supporting`).
+the operator to make. Such a wait has the ConfigMap it names made again, whether or not this process
+made it before (`Plan.restore`), and nothing else: ~2 requests a pass while the kubelet's message
+stands (it retries the container within seconds of the ConfigMap's return).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from disttrain.api.spec import ReplicaType
+from disttrain.builders import tensorflow
 from disttrain.builders.desired import supporting_objects
 from disttrain.decide.passes import Pass
 from disttrain.decide.policies import elastic
@@ -23,15 +25,17 @@ CONFIG_ERROR = "CreateContainerConfigError"
 
 
 def plan(p: Pass) -> None:
-    objects = _objects(p)
-    p.plan.create.extend(objects)
-    p.plan.ensure_supporting = _one_is_lost(p, objects)
+    p.plan.create.extend(_objects(p))
 
 
 def restore_lost(p: Pass) -> None:
-    """With no pod to create: the objects, only where a container waits for one that is gone."""
-    if any(pod.stuck and pod.stuck.startswith(CONFIG_ERROR) for pod in p.live) and _one_is_lost(p, _objects(p)):
-        plan(p)
+    """The job's ConfigMaps a container waits for, in the kubelet's words (`configmap "<name>" not
+    found`: k8s pkg/kubelet/util/manager/watch_based_manager.go), to be made again; only those."""
+    waits = [pod.stuck for pod in p.live if pod.stuck and pod.stuck.startswith(CONFIG_ERROR)]
+    # A TensorFlow job's only: MPI's and Gloo's ConfigMaps are volumes, whose loss is a mount's wait.
+    made = tensorflow.desired_config_map(p.job.ref, p.spec.tensorflow) if waits and p.spec.tensorflow else None
+    if made is not None and any(f'configmap "{made["metadata"]["name"]}" not found' in w for w in waits):
+        p.plan.restore = [made]
 
 
 def running_workers(p: Pass) -> list[int]:
@@ -44,10 +48,3 @@ def running_workers(p: Pass) -> list[int]:
 def _objects(p: Pass) -> list[dict[str, Any]]:
     return supporting_objects(p.job.ref, p.spec, p.ssh_keys, running_workers(p), p.provider, p.gang_api,
                               p.ssh_secret, p.job.report_to)
-
-
-def _one_is_lost(p: Pass, objects: list[dict[str, Any]]) -> bool:
-    """A container of the job waits for one of these ConfigMaps, in the kubelet's words."""
-    names = [f'"{o["metadata"]["name"]}"' for o in objects if o["kind"] == "ConfigMap"]
-    return any(pod.stuck.startswith(CONFIG_ERROR) and "not found" in pod.stuck and any(n in pod.stuck for n in names)
-               for pod in p.live if pod.stuck)
