@@ -6,14 +6,13 @@ mpirun on the launcher reaches every worker over SSH by its stable DNS name
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from disttrain.api.objects import JobRef, PodKey, object_meta
 from disttrain.api.spec import MPIImplementation, MPISpec, ReplicaType
-from disttrain.builders.naming import job_labels, pod_fqdn
+from disttrain.builders.naming import job_labels, pod_fqdn, with_uid
 from disttrain.builders.pods import add_volumes
 from disttrain.builders.resources import template_gpus
 
@@ -48,11 +47,10 @@ def config_map_name(job: str) -> str:
 
 
 def secret_name(job: JobRef) -> str:
-    """The job's SSH Secret: named for its uid too, so no other object holds that name and a create
-    that finds it taken found the job's own (the operator needs no read of Secrets: issue 31). A job
-    an earlier operator started has `<job>-ssh` (its status has no `sshSecret`: decide/passes.py)."""
-    part = re.sub(r"[^a-z0-9-]", "", job.uid.lower())[:8].strip("-")  # `disttrain render`'s placeholder too
-    return f"{job.name}-ssh-{part}" if part else f"{job.name}-ssh"
+    """The job's SSH Secret: named for its uid too (naming.with_uid), so no other object holds that name
+    and a create that finds it taken found the job's own (the operator needs no read of Secrets: issue
+    31). A job an earlier operator started has `<job>-ssh` (its status has no `sshSecret`: decide/passes.py)."""
+    return with_uid(f"{job.name}-ssh", job.uid)
 
 
 def slots_per_worker(mpi: MPISpec) -> int:

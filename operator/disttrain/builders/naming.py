@@ -1,5 +1,7 @@
 """Names of the objects a job owns, and the DNS names its pods answer to."""
 
+import re
+
 from disttrain.api.constants import JOB_NAME_LABEL, REPLICA_INDEX_LABEL, REPLICA_TYPE_LABEL
 from disttrain.api.spec import ReplicaType
 
@@ -13,6 +15,14 @@ def pod_name(job: str, replica_type: str, index: int) -> str:
 
 def service_name(job: str) -> str:
     return job
+
+
+def with_uid(name: str, uid: str) -> str:
+    """`<name>-<the uid's first 8 characters>`: a name no object of the user's, and no earlier job's of
+    the same name that garbage collection has yet to remove, holds (`disttrain render`'s placeholder
+    uid gives `<name>` alone, or its own 8 characters)."""
+    part = re.sub(r"[^a-z0-9-]", "", uid.lower())[:8].strip("-")
+    return f"{name}-{part}" if part else name
 
 
 def network_policy_name(job: str) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +26,7 @@ from disttrain.api.crd_size import MAX_ENV_BYTES, tf_members_fit
 from disttrain.api.objects import JobRef, PodKey, object_meta
 from disttrain.api.parse import SpecError
 from disttrain.api.spec import CLUSTER_MEMBER_TYPES, TensorFlowSpec
-from disttrain.builders.naming import job_labels, pod_fqdn, pod_name, service_name
+from disttrain.builders.naming import job_labels, pod_fqdn, pod_name, service_name, with_uid
 from disttrain.builders.pods import EnvValue
 
 # The largest cluster (JSON bytes) written into each pod's TF_CONFIG: about 200 members. Past it the
@@ -118,23 +117,20 @@ def pod_env(job: JobRef, tf: TensorFlowSpec, key: PodKey) -> dict[str, EnvValue]
 def without_unread_cluster(pod: dict[str, Any]) -> dict[str, Any]:
     """The pod with DISTTRAIN_TF_CLUSTER taken out of each container whose TF_CONFIG is the user's:
     nothing there reads it, and up to 128 KiB more of environment is not to be added for nothing."""
-    def ours(container: Mapping[str, Any]) -> bool:  # our TF_CONFIG: after the variable it names (pods.with_env)
+    def keeps(container: Mapping[str, Any]) -> bool:  # none, or ours: TF_CONFIG after it (pods.with_env)
         names = [e.get("name") for e in container.get("env") or []]
-        return CLUSTER_ENV in names and TF_CONFIG_ENV in names[names.index(CLUSTER_ENV):]
+        return CLUSTER_ENV not in names or TF_CONFIG_ENV in names[names.index(CLUSTER_ENV):]
 
     containers = pod["spec"]["containers"]
-    if all(ours(c) or not any(e.get("name") == CLUSTER_ENV for e in c.get("env") or []) for c in containers):
-        return pod
-    pod["spec"]["containers"] = [c if ours(c) else {**c, "env": [e for e in c["env"] if e.get("name") != CLUSTER_ENV]}
-                                 for c in containers]
+    if not all(keeps(c) for c in containers):
+        pod["spec"]["containers"] = [
+            c if keeps(c) else {**c, "env": [e for e in c["env"] if e.get("name") != CLUSTER_ENV]} for c in containers]
     return pod
 
 
 def cluster_config_map_name(job: JobRef) -> str:
-    """Named for the job's uid too (as its SSH Secret: builders/mpi.py): no ConfigMap of the user's, and
-    no earlier job's of the same name that garbage collection has yet to remove, holds the name."""
-    part = re.sub(r"[^a-z0-9-]", "", job.uid.lower())[:8].strip("-")  # `disttrain render`'s placeholder too
-    return f"{job.name}-tf-cluster-{part}" if part else f"{job.name}-tf-cluster"
+    """Named for the job's uid too, as its SSH Secret is (naming.with_uid)."""
+    return with_uid(f"{job.name}-tf-cluster", job.uid)
 
 
 def desired_config_map(job: JobRef, tf: TensorFlowSpec) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from disttrain.decide.reasons import Reason
 from disttrain.runtime import metrics
 
 # The first batch of a pass's pod creates: a job of up to 8 pods (most jobs: a chief, a few ps and
-# workers) in one round trip; a refusal costs at most 8 creates a pass.
+# workers) in one round trip. A job whose last creates were refused starts from 1 (_create_pods).
 FIRST_BATCH = 8
 
 
