@@ -118,6 +118,7 @@ class Running:
         self.lane, self.started = lane, time.monotonic()
         self.prefix = f"[{lane.name:<{width}}] "
         self.last: list[str] = []
+        self.failed: list[str] = []  # pytest's short summary lines (FAILED/ERROR), repeated at the very end
         self.seconds = 0.0
         LOGS.mkdir(parents=True, exist_ok=True)
         self.log = open(LOGS / f"{lane.name}.log", "w")  # noqa: SIM115 (closed when the lane ends)
@@ -139,6 +140,8 @@ class Running:
                 except OSError:  # our stdout gone (`make test | head`): keep draining into the log, or the lane blocks
                     echo = False
             self.last = [*self.last, line.rstrip()][-3:]
+            if line.startswith(("FAILED ", "ERROR ")):
+                self.failed.append(line.rstrip())
         self.log.close()
         self.seconds = time.monotonic() - self.started  # its own end: main() waits for the lanes in turn
 
@@ -177,7 +180,20 @@ def main(argv: list[str]) -> int:
               f"(whole log: {LOGS.relative_to(ROOT) / run.lane.name}.log)")
     for build, proc in zip(BACKGROUND, builds, strict=True):
         print(f"  {build.name}: {end_background(proc)} (its log: {LOGS.relative_to(ROOT) / build.name}.log)")
+    print_failures(running)
     return overall(codes)
+
+
+def print_failures(running: list[Running]) -> None:
+    """Which tests failed, last: a CI that keeps only the tail of a 40-minute log (ours keeps ~25 lines)
+    showed "1 failed" in the KWOK lane and not which test, with the lane's log gone with its machine."""
+    failed = [(run.lane.name, line) for run in running for line in run.failed]
+    if failed:
+        print("failed:")
+    for name, line in failed[:20]:
+        print(f"  [{name}] {line[:400]}")
+    if len(failed) > 20:
+        print(f"  ... and {len(failed) - 20} more in the lanes' logs")
 
 
 def start_background(build: Background) -> subprocess.Popen[bytes]:

@@ -366,8 +366,15 @@ class LogFollower:
         return found
 
     def wait_event(self, match: Callable[[dict[str, Any]], bool], what: str, timeout: float = 300) -> dict[str, Any]:
-        return wait_for(lambda: next((e for e in self.events() if match(e)), None), timeout,
-                        f"{what} in the log of {self.pod}", interval=0.5)
+        try:
+            return wait_for(lambda: next((e for e in self.events() if match(e)), None), timeout,
+                            f"{what} in the log of {self.pod}", interval=0.5)
+        except AssertionError as err:
+            # What the container said last, and whether its stream ended (the container exited:
+            # `kubectl logs -f` follows one container's run, not the kubelet's restart of it).
+            ended = "its log ended" if self.proc.poll() is not None else "its log still open"
+            tail = " | ".join(self.lines[-6:])[-1500:]
+            raise AssertionError(f"{err} ({ended}; its last lines: {tail})") from None
 
     def stop(self) -> str:
         """Stop following (if the stream hasn't ended by itself); the whole log."""

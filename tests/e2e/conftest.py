@@ -74,7 +74,8 @@ def job_namespace(cluster: Cluster, chart_operator: str) -> Iterator[str]:
 @pytest.fixture
 def follow(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Follow]:
     """Follow pods' logs; every follower is stopped when the test ends, pass or fail, and the last
-    lines of each pod are kept in .cache/e2e-last-lines/<test>.txt (what a run's report quotes)."""
+    lines of each pod are kept in .cache/e2e-last-lines/<test>.txt (what a run's report quotes; 40,
+    where 4 kept only the end of Open MPI's help text when a launcher failed)."""
     followers: list[LogFollower] = []
 
     def start(ns: str, pods: list[Any]) -> dict[str, LogFollower]:
@@ -86,4 +87,4 @@ def follow(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Follow]
         follower.stop()
     LAST_LINES.mkdir(parents=True, exist_ok=True)
     (LAST_LINES / f"{request.node.name}.txt").write_text(
-        "".join(f"--- {f.pod}\n" + "".join(f"{line}\n" for line in f.lines[-4:]) for f in followers))
+        "".join(f"--- {f.pod}\n" + "".join(f"{line}\n" for line in f.lines[-40:]) for f in followers))

@@ -20,6 +20,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,17 @@ def resumes_and_succeeds(cluster: Cluster, ns: str, job: str, logs: dict[str, An
     assert status["restarts"] == 1, status
 
 
+@contextlib.contextmanager
+def telling_the_job(cluster: Cluster, ns: str, job: str) -> Iterator[None]:
+    """A wait that times out says where the job stood: a launcher that exited (Open MPI's routing
+    error under a loaded node lane, 2026-11-29) or a restart before the freeze read alike from its log."""
+    try:
+        yield
+    except AssertionError as err:
+        events = [f"{e.reason}: {e.message}"[:240] for e in cluster.events(ns, job)][-8:]
+        raise AssertionError(f"{err}; the job: {not_stalled(cluster, ns, job)}; its last events: {events}") from None
+
+
 def stalled_then_restarted(cluster: Cluster, ns: str, job: str, frozen_at: float, what: str) -> None:
     """The job Stalled within its timeout of the freeze, and restarted for it."""
     try:
@@ -106,7 +118,8 @@ def test_a_frozen_rank_stalls_the_job_which_restarts_and_resumes_from_its_checkp
                   edit_job=stall_restarts)
     pods = running_with(cluster, ns, JOB, PODS)
     launcher = follow(ns, [p for p in pods if p.metadata.name == f"{JOB}-launcher"])[f"{JOB}-launcher"]
-    launcher.wait_event(lambda e: e.get("event") == "epoch_end", "the first epoch's end (its save)")
+    with telling_the_job(cluster, ns, JOB):
+        launcher.wait_event(lambda e: e.get("event") == "epoch_end", "the first epoch's end (its save)")
     old = {p.metadata.uid for p in pods}
     frozen = wait_for(lambda: rank_processes(cluster, ns, f"{JOB}-worker-1"), 30, "rank 1's process")
     frozen_at = time.monotonic()
@@ -180,7 +193,9 @@ def test_a_multiworkermirrored_worker_whose_training_thread_hangs_stalls_and_res
                   env={"TRAIN_STEPS": "3000", "EPOCHS": "6"}, edit_job=stall_restarts)
     first = wait_pods_running(cluster, ns, MWMS, 2, timeout=180)
     logs = follow(ns, first)
-    logs[f"{MWMS}-worker-1"].wait_event(lambda e: e.get("event") == "epoch_end", "the first epoch's end (its save)")
+    with telling_the_job(cluster, ns, MWMS):
+        logs[f"{MWMS}-worker-1"].wait_event(lambda e: e.get("event") == "epoch_end",
+                                            "the first epoch's end (its save)")
     victim = next(p for p in first if p.metadata.name == f"{MWMS}-worker-1")
     main = realnode.container_pid(victim.status.container_statuses[0].container_id)
     # The container's first process is the training itself (the example's command): its main thread is Keras's.
