@@ -93,6 +93,19 @@ def verdict(met: bool | None) -> str:
     return "not judged below 10,000 pods" if met is None else "yes" if met else "**no**"
 
 
+def burst_cpu_lines(results: dict[str, Any], pods: int) -> list[str]:
+    """Each round's CPU seconds: the operator's controller, and the API server and etcd under either side."""
+    operator, plane = results.get("burst_operator_cpu_s"), results.get("burst_plane_cpu_s") or {}
+    if not operator:
+        return []
+    rounds = ", ".join(f"{x:.2f}" for x in operator)
+    per_1000 = statistics.median(operator) * 1000 / pods
+    sides = "; ".join(f"{side}'s rounds {', '.join(f'{x:.1f}' for x in plane[side])}"
+                      for side in ("operator", "plain") if plane.get(side))
+    return [f"CPU seconds each round: the operator's controller {rounds} ({per_1000:.2f} s per 1,000 pods made); "
+            f"the API server and etcd: {sides}.", ""]
+
+
 def pss_cell(pss: dict[str, float] | None) -> str:
     if pss is None:
         return "-"
@@ -133,6 +146,7 @@ def write_results(out: Path, results: dict[str, Any]) -> None:
         f"| plain client | {', '.join(f'{x:.2f}' for x in b['plain_s'])} | {b['per_job_plain']['p50']:.2f} | "
         f"{b['per_job_plain']['p99']:.2f} |",
         "", f"Ratio of medians: **{b['ratio']:.2f}**.", "",
+        *burst_cpu_lines(results, b["pods"]),
         "## Completion", "", f"{c['jobs']} running jobs, their chiefs finish together.", "",
         "| side | chief Succeeded -> job Succeeded p50 / p99 (s) | -> other pods deleting p50 / p99 (s) |",
         "| --- | --- | --- |",

@@ -98,6 +98,56 @@ def test_a_requeue_after_comes_back_and_the_earlier_timer_wins() -> None:
     assert asyncio.run(scenario()) == ["a", "a"]
 
 
+def test_add_soon_gives_a_queued_key_no_timer_and_a_key_being_handled_another_pass() -> None:
+    """A key already queued gets no timer (its pass sees the change); one being handled runs again
+    once the delay is out, after its pass; join waits for a pending add_soon."""
+    async def scenario() -> tuple[list[str], bool]:
+        handled: list[str] = []
+        gate = asyncio.Event()
+
+        async def handle(key: str) -> None:
+            handled.append(key)
+            if key == "slow" and handled.count("slow") == 1:
+                await gate.wait()
+        queue: WorkQueue[str] = WorkQueue(handle, workers=2)
+        queue.add("b")
+        queue.add_soon("b", 0.2)  # queued already: its pass is the one
+        queued_had_no_timer = "b" not in queue._soon
+        queue.start()
+        await queue.join()
+        queue.add("slow")
+        await asyncio.sleep(0.05)
+        queue.add_soon("slow", 0.1)  # while it is handled
+        await asyncio.sleep(0.2)
+        gate.set()
+        await queue.join()
+        await queue.stop()
+        return handled, queued_had_no_timer
+    handled, queued_had_no_timer = asyncio.run(scenario())
+    assert queued_had_no_timer
+    assert handled == ["b", "slow", "slow"], handled
+
+
+def test_five_add_soons_are_one_pass_after_the_delay() -> None:
+    """A job's pods' events (watch/podwatch.py POD_EVENTS_WITHIN) within the delay: one pass, after it."""
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        began, handled = loop.time(), []
+
+        async def handle(key: str) -> None:
+            handled.append(loop.time() - began)
+        queue: WorkQueue[str] = WorkQueue(handle, workers=2)
+        queue.start()
+        for _ in range(5):
+            queue.add_soon("a", 0.2)
+            await asyncio.sleep(0.01)
+        await queue.join()
+        await queue.stop()
+        return handled
+    handled = asyncio.run(scenario())
+    assert len(handled) == 1 and 0.19 <= handled[0] < 0.5, handled
+
+
 def test_a_throttled_pass_waits_its_retry_after_and_logs_the_api_servers_words_not_a_traceback(
         caplog: pytest.LogCaptureFixture) -> None:
     """A 429 on a delete (issue 21, chaos through the fault proxy): the retry waits at least the

@@ -32,6 +32,7 @@ class WorkQueue(Generic[K]):
         self._again: set[K] = set()  # queued again while being handled
         self._failures: dict[K, int] = {}
         self._timers: dict[K, asyncio.TimerHandle] = {}
+        self._soon: dict[K, asyncio.TimerHandle] = {}  # add_soon's, apart from the retries' and requeues' timers
         self._tasks: list[asyncio.Task[None]] = []
         self.handled = 0  # passes run so far (runtime/memory.py trims after a burst of them)
 
@@ -57,6 +58,17 @@ class WorkQueue(Generic[K]):
             current.cancel()
         self._timers[key] = loop.call_at(when, self._fire, key)
 
+    def add_soon(self, key: K, within: float) -> None:
+        """Queue `key` in `within` seconds, so that what changes meanwhile shares one pass; nothing
+        where it is queued already (that pass will see it). A key being reconciled runs again then."""
+        if key in self._waiting or key in self._soon:
+            return
+        self._soon[key] = asyncio.get_running_loop().call_later(within, self._soon_due, key)
+
+    def _soon_due(self, key: K) -> None:
+        del self._soon[key]
+        self.add(key)
+
     def _fire(self, key: K) -> None:
         self._timers.pop(key, None)
         self.add(key)
@@ -74,12 +86,12 @@ class WorkQueue(Generic[K]):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for timer in self._timers.values():
+        for timer in (*self._timers.values(), *self._soon.values()):
             timer.cancel()
 
     async def join(self) -> None:
-        """Wait until nothing is queued or running (for tests and benchmarks)."""
-        while self._waiting or self._active or self._again:
+        """Wait until nothing is queued, about to be (add_soon) or running (for tests and benchmarks)."""
+        while self._waiting or self._active or self._again or self._soon:
             await asyncio.sleep(0.01)
 
     async def _work(self) -> None:

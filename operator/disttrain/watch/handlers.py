@@ -24,7 +24,7 @@ from disttrain.runtime import metrics, serving_cert
 from disttrain.runtime.health import BEAT_SECONDS, Health
 from disttrain.runtime.memory import trim_when_quiet
 from disttrain.watch.jobwatch import JobWatch
-from disttrain.watch.podwatch import PodWatch
+from disttrain.watch.podwatch import POD_EVENTS_WITHIN, PodWatch
 from disttrain.watch.progress_supervisor import EndpointProcess
 from disttrain.watch.workloadwatch import WorkloadWatch
 
@@ -71,7 +71,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     # name): a pool of their own, so that the writes' 64 are never theirs.
     watching = memo["watching"] = Rest(credentials.login, max_connections=0)
     namespaces = memo.get("namespaces") or ()
-    pods = PodWatch(watching, namespaces, changed=controller.queue.add, deleted=controller.tombstones.pod_deleted)
+    pods = PodWatch(watching, namespaces, changed=lambda key: controller.queue.add_soon(key, POD_EVENTS_WITHIN),
+                    deleted=controller.tombstones.pod_deleted)
     # DELETED removes the job's series from the gauges.
     jobs = JobWatch(watching, namespaces, changed=controller.queue.add, observed=metrics.JOB_GAUGES.observe)
     workloads = WorkloadWatch(watching, namespaces, changed=controller.queue.add)

@@ -24,8 +24,15 @@ from disttrain.watch.by_job import ByJob, JobKey, Listed
 from disttrain.watch.pod_events import decode_event, decode_list
 from disttrain.watch.reflector import Reflector, Resource, exact_names, watched
 
-__all__ = ["PodWatch", "exact_names", "watched"]
+__all__ = ["POD_EVENTS_WITHIN", "PodWatch", "exact_names", "watched"]
 PODS = Resource("v1", "pods", JOB_NAME_LABEL, decode_list, decode_event)
+# A job is reconciled this long after its pods' first change, not at once: the scheduler binds a job's
+# pods and the kubelets start them one event each, a few milliseconds apart, and each event its own pass
+# made 8 passes of a 5-pod job from apply to Running (1.2 to create it, 7 for its pods' binds and starts;
+# `make bench` scale step, the reconcile count from /metrics), the most of the operator's CPU per pod.
+# Kubernetes' Job controller batches its pods' events over 1 s (syncJobBatchPeriod); a job's own
+# events (an edit, a deletion) and the progress reports still wake it at once.
+POD_EVENTS_WITHIN = 0.25
 
 
 def controlled_by_its_job(meta: Mapping[str, Any]) -> bool:
