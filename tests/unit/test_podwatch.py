@@ -116,6 +116,23 @@ def test_a_change_reconciling_does_not_read_queues_nothing() -> None:
     assert api.watched_from == ["10", "13"]  # resumed from the last event's version
 
 
+def test_a_pod_on_its_way_up_waits_for_its_neighbours_and_a_pods_end_acts_at_once() -> None:
+    """Made, bound, Running: `coming_up` (the controller's add_soon: one pass for a job's pods'
+    start-up); Succeeded, Failed, deleted: `changed`, at once (a job's completion waits for nothing)."""
+    api = ScriptedAPI([[page([pod("mnist-worker-0", "a")], "10")]], [[
+        line("ADDED", pod("mnist-worker-1", "b", version="11")),
+        line("MODIFIED", pod("mnist-worker-1", "b", phase="Running", version="12")),
+        line("MODIFIED", pod("mnist-worker-0", "a", phase="Succeeded", version="13")),
+        line("MODIFIED", pod("mnist-worker-1", "b", phase="Failed", version="14")),
+        line("DELETED", pod("mnist-worker-0", "a", phase="Succeeded", version="15")),
+    ]])
+    said: list[str] = []
+    watch = PodWatch(api, ["ml"], changed=lambda key: said.append("now"),  # type: ignore[arg-type]
+                     coming_up=lambda key: said.append("soon"))
+    run_watch(watch)
+    assert said == ["now", "soon", "soon", "now", "now", "now"]  # the list first
+
+
 def test_deleted_pods_leave_with_their_last_state() -> None:
     api = ScriptedAPI([[page([pod("mnist-worker-0", "a"), pod("mnist-worker-1", "b")], "10")]], [[
         line("DELETED", pod("mnist-worker-1", "b", phase="Failed", version="11")),

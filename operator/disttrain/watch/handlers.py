@@ -71,8 +71,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     # name): a pool of their own, so that the writes' 64 are never theirs.
     watching = memo["watching"] = Rest(credentials.login, max_connections=0)
     namespaces = memo.get("namespaces") or ()
-    pods = PodWatch(watching, namespaces, changed=lambda key: controller.queue.add_soon(key, POD_EVENTS_WITHIN),
-                    deleted=controller.tombstones.pod_deleted)
+    pods = PodWatch(watching, namespaces, changed=controller.queue.add, deleted=controller.tombstones.pod_deleted,
+                    coming_up=lambda key: controller.queue.add_soon(key, POD_EVENTS_WITHIN))
     # DELETED removes the job's series from the gauges.
     jobs = JobWatch(watching, namespaces, changed=controller.queue.add, observed=metrics.JOB_GAUGES.observe)
     workloads = WorkloadWatch(watching, namespaces, changed=controller.queue.add)
