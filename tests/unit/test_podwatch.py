@@ -118,10 +118,12 @@ def test_a_change_reconciling_does_not_read_queues_nothing() -> None:
 
 def test_a_pod_on_its_way_up_waits_for_its_neighbours_and_a_pods_end_acts_at_once() -> None:
     """Made, bound, Running: `coming_up` (the controller's add_soon: one pass for a job's pods'
-    start-up); Succeeded, Failed, deleted: `changed`, at once (a job's completion waits for nothing)."""
+    start-up); a container restarted, Succeeded, Failed, deleted: `changed`, at once (a job's
+    completion or a failure waits for nothing)."""
     api = ScriptedAPI([[page([pod("mnist-worker-0", "a")], "10")]], [[
         line("ADDED", pod("mnist-worker-1", "b", version="11")),
         line("MODIFIED", pod("mnist-worker-1", "b", phase="Running", version="12")),
+        line("MODIFIED", restarted(pod("mnist-worker-1", "b", phase="Running", version="13"))),
         line("MODIFIED", pod("mnist-worker-0", "a", phase="Succeeded", version="13")),
         line("MODIFIED", pod("mnist-worker-1", "b", phase="Failed", version="14")),
         line("DELETED", pod("mnist-worker-0", "a", phase="Succeeded", version="15")),
@@ -130,7 +132,14 @@ def test_a_pod_on_its_way_up_waits_for_its_neighbours_and_a_pods_end_acts_at_onc
     watch = PodWatch(api, ["ml"], changed=lambda key: said.append("now"),  # type: ignore[arg-type]
                      coming_up=lambda key: said.append("soon"))
     run_watch(watch)
-    assert said == ["now", "soon", "soon", "now", "now", "now"]  # the list first
+    assert said == ["now", "soon", "soon", "now", "now", "now", "now"]  # the list first
+
+
+def restarted(pod: dict[str, Any]) -> dict[str, Any]:
+    """The kubelet restarted its container (restartPolicy OnFailure): a change that acts at once."""
+    pod["status"]["containerStatuses"] = [{"name": "worker", "restartCount": 1, "state": {"running": {}},
+                                           "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]
+    return pod
 
 
 def test_deleted_pods_leave_with_their_last_state() -> None:

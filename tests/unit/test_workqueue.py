@@ -128,8 +128,9 @@ def test_add_soon_gives_a_queued_key_no_timer_and_a_key_being_handled_another_pa
     assert handled == ["b", "slow", "slow"], handled
 
 
-def test_five_add_soons_are_one_pass_after_the_delay() -> None:
-    """A job's pods' events (watch/podwatch.py POD_EVENTS_WITHIN) within the delay: one pass, after it."""
+def test_five_add_soons_are_one_pass_after_the_delay_and_an_add_or_forget_ends_the_wait() -> None:
+    """A job's pods' events (watch/podwatch.py POD_EVENTS_WITHIN) within the delay: one pass, after it;
+    none more for a key queued at once meanwhile, nor for one forgotten."""
     async def scenario() -> list[float]:
         loop = asyncio.get_running_loop()
         began, handled = loop.time(), []
@@ -140,12 +141,17 @@ def test_five_add_soons_are_one_pass_after_the_delay() -> None:
         queue.start()
         for _ in range(5):
             queue.add_soon("a", 0.2)
-            await asyncio.sleep(0.01)
+        await queue.join()
+        queue.add_soon("b", 0.2)
+        queue.add("b")  # at once: the timer's pass would find nothing new
+        await queue.join()
+        queue.add_soon("c", 0.2)
+        queue.forget("c")  # the job gone
         await queue.join()
         await queue.stop()
         return handled
     handled = asyncio.run(scenario())
-    assert len(handled) == 1 and 0.19 <= handled[0] < 0.5, handled
+    assert len(handled) == 2 and handled[0] >= 0.19, handled
 
 
 def test_a_throttled_pass_waits_its_retry_after_and_logs_the_api_servers_words_not_a_traceback(

@@ -37,6 +37,8 @@ class WorkQueue(Generic[K]):
         self.handled = 0  # passes run so far (runtime/memory.py trims after a burst of them)
 
     def add(self, key: K) -> None:
+        if (soon := self._soon.pop(key, None)) is not None:
+            soon.cancel()  # the pass queued now, or again after this one, reads what the timer was for
         if key in self._active:
             self._again.add(key)
         elif key not in self._waiting:
@@ -61,7 +63,7 @@ class WorkQueue(Generic[K]):
     def add_soon(self, key: K, within: float) -> None:
         """Queue `key` in `within` seconds, so that what changes meanwhile shares one pass; nothing
         where it is queued already (that pass will see it). A key being reconciled runs again then."""
-        if key in self._waiting or key in self._soon:
+        if key in self._waiting or key in self._again or key in self._soon:
             return
         self._soon[key] = asyncio.get_running_loop().call_later(within, self._soon_due, key)
 
@@ -75,9 +77,9 @@ class WorkQueue(Generic[K]):
 
     def forget(self, key: K) -> None:
         self._failures.pop(key, None)
-        timer = self._timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
+        for timers in (self._timers, self._soon):
+            if (timer := timers.pop(key, None)) is not None:
+                timer.cancel()
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._work(), name=f"reconcile-{i}") for i in range(self._workers)]
@@ -88,6 +90,8 @@ class WorkQueue(Generic[K]):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for timer in (*self._timers.values(), *self._soon.values()):
             timer.cancel()
+        self._timers.clear()
+        self._soon.clear()
 
     async def join(self) -> None:
         """Wait until nothing is queued, about to be (add_soon) or running (for tests and benchmarks)."""

@@ -31,16 +31,19 @@ PODS = Resource("v1", "pods", JOB_NAME_LABEL, decode_list, decode_event)
 # a few milliseconds apart, and each event its own pass made 8 passes of a 5-pod job from apply to
 # Running (1.2 to create it, 7 for its pods' binds and starts; `make bench` scale step, the reconcile
 # count from /metrics). Kubernetes' Job controller batches its pods' events over 1 s
-# (syncJobBatchPeriod). A pod's end (a terminal phase, a deletion, a disruption, a container stuck
-# or restarted) acts at once: batched too, 1,000 chiefs finishing together took 1.2 s at p99 to
+# (syncJobBatchPeriod). A pod's end or trouble (a terminal phase, a deletion, a disruption, a
+# container stuck, exited or restarted, Ready lost) acts at once: batched too, 1,000 chiefs finishing together took 1.2 s at p99 to
 # Succeeded where they took 0.42; so do a job's own events and its progress reports.
 POD_EVENTS_WITHIN = 0.25
 
 
 def on_its_way_up(pod: ObservedPod, before: ObservedPod | None) -> bool:
-    """A change whose reaction may wait POD_EVENTS_WITHIN: nothing ended, nothing went wrong."""
+    """A change whose reaction may wait POD_EVENTS_WITHIN: nothing ended, nothing went wrong (no
+    container restarted or exited, and a Ready pod stayed Ready)."""
     return (pod.phase in ("Pending", "Running") and not pod.terminating and pod.disruption is None
-            and pod.stuck is None and (before is None or before.container_restarts == pod.container_restarts))
+            and pod.stuck is None
+            and (before is None or (before.container_restarts == pod.container_restarts
+                                    and before.exit_code == pod.exit_code and (pod.ready or not before.ready))))
 
 
 def controlled_by_its_job(meta: Mapping[str, Any]) -> bool:
