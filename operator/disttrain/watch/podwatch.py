@@ -32,8 +32,9 @@ PODS = Resource("v1", "pods", JOB_NAME_LABEL, decode_list, decode_event)
 # Running (1.2 to create it, 7 for its pods' binds and starts; `make bench` scale step, the reconcile
 # count from /metrics). Kubernetes' Job controller batches its pods' events over 1 s
 # (syncJobBatchPeriod). A pod's end or trouble (a terminal phase, a deletion, a disruption, a
-# container stuck, exited or restarted, Ready lost) acts at once: batched too, 1,000 chiefs finishing together took 1.2 s at p99 to
-# Succeeded where they took 0.42; so do a job's own events and its progress reports.
+# container stuck, exited or restarted, Ready lost) acts at once: batched too, 1,000 chiefs finishing
+# together took 1.2 s at p99 to Succeeded where they took 0.42; so do a job's own events and its
+# progress reports.
 POD_EVENTS_WITHIN = 0.25
 
 
