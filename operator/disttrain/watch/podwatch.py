@@ -41,10 +41,15 @@ POD_EVENTS_WITHIN = 0.25
 def on_its_way_up(pod: ObservedPod, before: ObservedPod | None) -> bool:
     """A change whose reaction may wait POD_EVENTS_WITHIN: nothing ended, nothing went wrong (no
     container restarted or exited, and a Ready pod stayed Ready)."""
-    return (pod.phase in ("Pending", "Running") and not pod.terminating and pod.disruption is None
-            and pod.stuck is None
-            and (before is None or (before.container_restarts == pod.container_restarts
-                                    and before.exit_code == pod.exit_code and (pod.ready or not before.ready))))
+    if pod.phase not in ("Pending", "Running") or pod.terminating:
+        return False
+    if pod.disruption is not None or pod.stuck is not None:
+        return False
+    if before is None:
+        return True
+    lost_ready = before.ready and not pod.ready
+    return (before.container_restarts == pod.container_restarts and before.exit_code == pod.exit_code
+            and not lost_ready)
 
 
 def controlled_by_its_job(meta: Mapping[str, Any]) -> bool:
