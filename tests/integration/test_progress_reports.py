@@ -262,6 +262,12 @@ def test_a_training_whose_step_stands_still_is_stalled_then_restarted_and_resume
 
     # Where its 2 GPUs' seconds went (status.usage): waiting for pods, training, the stall (from step
     # 200's report on), the restart's teardown and start, and steps 150-200 redone until a step past 200.
+    # A report is dated to its second (status.progress.advanced), so one within the second of the last
+    # count splits nothing off it: step 250 comes a second after, or the redone seconds can round to
+    # none (CI, stop 57: the new attempt's start and step 150 counted in one pass, step 250 in its second).
+    while (counted_at := parse_timestamp(cluster.job_status(namespace, "frozen")["usage"]["countedAt"])) is not None \
+            and (wait := counted_at.timestamp() + 1.05 - time.time()) > 0:
+        time.sleep(wait)  # (again if another write counted meanwhile)
     resumed.report(step=250, total_steps=1000)
     assert resumed.flush(10) and resumed.refused == 0
     used = wait_for(lambda: (u := cluster.job_status(namespace, "frozen").get("usage") or {}).get("state")
@@ -270,6 +276,7 @@ def test_a_training_whose_step_stands_still_is_stalled_then_restarted_and_resume
     split = used["seconds"]
     # (Training: the moments between its reports; the seconds since step 250 are unsettled until the next.)
     assert used["resource"] == "nvidia.com/gpu" and {"waiting", "stalled", "redone"} <= set(split), used
+    assert split["redone"] >= 2 * 0.05, "2 GPUs redoing from the last count to step 250's second, at least"
     assert abs(sum(split.values()) + used.get("unsettledSeconds", 0) - used["allocatedSeconds"]) < 0.5, "it adds up"
     # The timeout runs from the step's record, dated to the second (up to 1 s before the report came).
     assert split["stalled"] >= 2 * 9, "2 GPUs stalled at least the 10 s timeout, less that second"
