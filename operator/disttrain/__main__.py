@@ -49,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     add_run_arguments(sub.add_parser("run", help="run the operator",
                                      formatter_class=_DefaultsOnce))
     sub.add_parser("crd", help="print the DistTrainJob CRD")
-    render_cmd = sub.add_parser("render", help="print every object the operator would create for a job")
+    render_cmd = sub.add_parser("render", help="print every object the operator would create for a job",
+                                description="Every object the operator would create for the job, offline. What "
+                                "only a cluster knows is a placeholder in angle brackets: the job's uid, the "
+                                "release's name and namespace, the endpoint's CA, and the hook image "
+                                "(<registry>/disttrain/operator:VERSION: the chart's image.registry).")
     render_cmd.add_argument("file", type=Path, help="a DistTrainJob manifest, or - for standard input (with any "
                             "ResourceClaimTemplates, ResourceClaims and DeviceClasses its pods' claims name)")
     render_cmd.add_argument("--gpu-device-class", action="append", default=[], metavar="NAME",
