@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / ".cache" / "test-logs"
+# pytest's short summary: "FAILED tests/x.py::test_y - AssertionError: ..." (or ERROR, for a fixture's
+# failure), never a captured log line ("ERROR    disttrain.x:file.py:3 boom"), which comes before it.
+FAILED_LINE = re.compile(r"(FAILED|ERROR) \S+\.py(::|\s|$)")
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ class Running:
                 except OSError:  # our stdout gone (`make test | head`): keep draining into the log, or the lane blocks
                     echo = False
             self.last = [*self.last, line.rstrip()][-3:]
-            if line.startswith(("FAILED ", "ERROR ")):
+            if FAILED_LINE.match(line):  # pytest's summary line, not a captured log's "ERROR    name:file.py:3"
                 self.failed.append(line.rstrip())
         self.log.close()
         self.seconds = time.monotonic() - self.started  # its own end: main() waits for the lanes in turn

@@ -265,8 +265,10 @@ def test_a_training_whose_step_stands_still_is_stalled_then_restarted_and_resume
     # A report is dated to its second (status.progress.advanced), so one within the second of the last
     # count splits nothing off it: step 250 comes a second after, or the redone seconds can round to
     # none (CI, stop 57: the new attempt's start and step 150 counted in one pass, step 250 in its second).
-    while (counted_at := parse_timestamp(cluster.job_status(namespace, "frozen")["usage"]["countedAt"])) is not None \
-            and (wait := counted_at.timestamp() + 1.05 - time.time()) > 0:
+    def counted_at() -> float:
+        usage = cluster.job_status(namespace, "frozen").get("usage") or {}
+        return parse_timestamp(usage.get("countedAt")).timestamp()  # type: ignore[union-attr]
+    while (wait := counted_at() + 1.05 - time.time()) > 0:
         time.sleep(wait)  # (again if another write counted meanwhile)
     resumed.report(step=250, total_steps=1000)
     assert resumed.flush(10) and resumed.refused == 0

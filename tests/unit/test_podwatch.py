@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from disttrain.api.observed import ObservedPod
+from disttrain.api.observed import ObservedPod, observe_pod
 from disttrain.watch import reflector
-from disttrain.watch.podwatch import PodWatch, watched
+from disttrain.watch.podwatch import PodWatch, on_its_way_up, watched
 
 JOB_UID = "job-uid-1"
 
@@ -198,3 +198,60 @@ def test_a_held_pod_costs_under_a_kilobyte() -> None:
     assert sum(len(list(p)) for p in watch.view.values()) == 10_000
     per_pod = held / 10_000
     assert per_pod < 1024, f"{per_pod:.0f} bytes per pod held"
+
+
+def _running(**status: Any) -> dict[str, Any]:
+    """A Running, Ready pod whose container ran once: the state each change below starts from."""
+    base = pod("mnist-worker-0", "a", phase="Running")
+    base["status"].update({"conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": [
+        {"name": "worker", "restartCount": 0, "state": {"running": {}}}]})
+    base["status"].update(status)
+    return base
+
+
+def _changed(edit: Callable[[dict[str, Any]], None]) -> bool:
+    after = _running()
+    edit(after)
+    return on_its_way_up(observe_pod(after), observe_pod(_running()))
+
+
+def _restart_same_code(p: dict[str, Any]) -> None:
+    p["status"]["containerStatuses"][0]["restartCount"] = 1  # restarted, no exit code (OOM-killed: 137 counts apart)
+
+
+def _exited(p: dict[str, Any]) -> None:
+    p["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 3, "reason": "Error"}}
+
+
+def _not_ready(p: dict[str, Any]) -> None:
+    p["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+
+
+def _deleting(p: dict[str, Any]) -> None:
+    p["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:00Z"
+
+
+def _disrupted(p: dict[str, Any]) -> None:
+    p["status"]["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"})
+
+
+def _stuck(p: dict[str, Any]) -> None:
+    p["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "ImagePullBackOff", "message": "no"}}
+
+
+def _succeeded(p: dict[str, Any]) -> None:
+    p["status"]["phase"] = "Succeeded"
+
+
+@pytest.mark.parametrize("edit", [_restart_same_code, _exited, _not_ready, _deleting, _disrupted, _stuck,
+                                  _succeeded], ids=lambda f: f.__name__.strip("_"))
+def test_each_kind_of_end_or_trouble_acts_at_once(edit: Callable[[dict[str, Any]], None]) -> None:
+    """Each check of on_its_way_up on its own (the review: a test that changed two at once passed
+    with either check gone)."""
+    assert not _changed(edit)
+
+
+def test_what_is_only_on_its_way_up_waits() -> None:
+    assert on_its_way_up(observe_pod(_running()), observe_pod(pod("mnist-worker-0", "a", phase="Running")))
+    assert on_its_way_up(observe_pod(_running()), None)  # first seen, Running and Ready
+    assert _changed(lambda p: p["status"].update(podIP="10.0.0.7"))  # nothing this function reads

@@ -64,3 +64,33 @@ def test_a_deleted_cluster_config_map_a_container_waits_for_is_made_again() -> N
             await h.reconcile()
             assert config_map_writes(h.kube) == []
     run(scenario)
+
+
+QUOTA = ('pods "mnist-worker-{}" is forbidden: exceeded quota: some-pods, requested: pods=1, used: pods=20, '
+         "limited: pods=20")
+
+
+def test_the_config_map_restored_within_a_pod_creates_backoff_keeps_the_refusal() -> None:
+    """The review of 9224fd2: restoring the ConfigMap forgot a pod create's refusal, so the next pass
+    sent a batch of refused creates again and started the backoff from 5 s (and a Warning event each
+    time the kubelet's message stood). The restore says nothing of the quota: the refusal stands."""
+    h = Harness(mwms_job("mnist", workers=WORKERS, restartPolicy="OnFailure"))
+    h.kube.refused.update({f"mnist-worker-{i}": QUOTA.format(i) for i in range(20, WORKERS)})
+    name = cluster_config_map_name(h.controller_ref())
+
+    async def scenario() -> None:
+        backoff = await h.reconcile()
+        assert h.status()["reason"] == "PodCreateRefused" and backoff is not None
+        refused_creates = len([w for w in h.kube.writes("create") if w.startswith("Pod/")])
+        made = next(k for k in h.kube.objects if k[0] == "ConfigMap")
+        del h.kube.objects[made]
+        h.clock.advance(1)
+        h.watch(**waiting_for(name))
+        await h.reconcile()  # within the backoff: the ConfigMap again, no pod
+        assert made in h.kube.objects
+        h.clock.advance(1)
+        await h.reconcile()  # still within it
+        assert len([w for w in h.kube.writes("create") if w.startswith("Pod/")]) == refused_creates
+        assert h.status()["reason"] == "PodCreateRefused"
+        assert len([e for e in h.kube.events if e[1] == "PodCreateRefused"]) == 1
+    run(scenario)

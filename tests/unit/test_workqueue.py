@@ -172,3 +172,59 @@ def test_a_bug_keeps_its_traceback(caplog: pytest.LogCaptureFixture) -> None:
     times_handled([KeyError("metadata")], base_delay=0.01)
     [record] = [r for r in caplog.records if "failed" in r.getMessage()]
     assert record.exc_info is not None
+
+
+def test_add_soon_while_a_key_is_handled_runs_again_after_the_delay_and_stop_drops_its_timers() -> None:
+    """The guarantees the test above can't tell apart (the review of f51734a): a key being handled
+    runs again when the timer fires, not as soon as its pass ends; an add_soon for a key already set
+    to run again sets no timer; an add at once while a timer waits and the key is handled cancels the
+    timer (one more pass, not two); stop leaves no timer behind; a pending add_soon counts in the
+    backlog."""
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        times: list[float] = []
+        gate = asyncio.Event()
+
+        async def handle(key: str) -> None:
+            times.append(loop.time())
+            if len(times) == 1:
+                await gate.wait()
+        queue: WorkQueue[str] = WorkQueue(handle, workers=2)
+        queue.start()
+        queue.add("k")
+        await asyncio.sleep(0.02)
+        queue.add_soon("k", 0.3)  # while handled
+        assert "k" in queue._soon and queue.backlog() == 1
+        gate.set()
+        await asyncio.sleep(0.05)  # its pass ended: the second waits for the timer
+        assert len(times) == 1, times
+        await queue.join()
+        assert len(times) == 2 and times[1] - times[0] >= 0.29, times
+
+        gate.clear()
+        times.clear()
+        queue.add("k")
+        await asyncio.sleep(0.02)
+        queue.add("k")  # to run again after this pass
+        queue.add_soon("k", 0.3)  # that pass will see it: no timer
+        assert "k" not in queue._soon
+        gate.set()
+        await queue.join()
+        assert len(times) == 2, times
+
+        gate.clear()
+        times.clear()
+        queue.add("k")
+        await asyncio.sleep(0.02)
+        queue.add_soon("k", 0.3)
+        queue.add("k")  # at once, while the timer waits: the timer goes
+        assert "k" not in queue._soon
+        gate.set()
+        await queue.join()
+        await asyncio.sleep(0.35)
+        assert len(times) == 2, times
+
+        queue.add_soon("late", 10)
+        await queue.stop()
+        assert not queue._soon and not queue._timers
+    asyncio.run(scenario())

@@ -110,7 +110,8 @@ class Children:
                 self.refused.add(ref.uid)
                 return failed
             start, size = start + len(batch), size * 2
-        self.refused.discard(ref.uid)
+        if pods:  # made: not a pass whose creates a refusal's backoff held back (create_refusals.hold)
+            self.refused.discard(ref.uid)
         return None
 
     async def _create_owned(self, ref: JobRef, obj: dict[str, Any]) -> Ownership:

@@ -227,8 +227,8 @@ class Controller:
         await self.children.annotate(ref, plan.annotate)
         if failure is not None and failure[0] in REFUSED:
             return await self._refused(key, ref, body, plan, *failure)
-        if plan.restore or any(o["kind"] == "Pod" for o in plan.create):
-            self.refusals.pop(key, None)  # its pods (or what they wait for) were made: the refusal has passed
+        if failure is None and create_refusals.passed(self.refusals.get(key), plan):
+            self.refusals.pop(key, None)
         if failure is not None:
             # On top of the status just written, so start time, counts and conditions stay.
             return await self._fail(key, ref, plan.status, self.statuses.last_version(key, plan.status, body),

@@ -46,8 +46,8 @@ class WorkQueue(Generic[K]):
             self._queue.put_nowait(key)
 
     def backlog(self) -> int:
-        """Keys queued that no worker has picked up yet."""
-        return len(self._waiting)
+        """Keys queued that no worker has picked up yet, and those add_soon queues within a moment."""
+        return len(self._waiting) + len(self._soon)
 
     def add_after(self, key: K, delay: float) -> None:
         """Queue `key` in `delay` seconds; an earlier timer for the key wins."""

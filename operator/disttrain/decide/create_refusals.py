@@ -48,6 +48,15 @@ def hold(refusal: Refusal | None, plan: Plan, now: float) -> Plan:
     return plan
 
 
+def passed(refusal: Refusal | None, plan: Plan) -> bool:
+    """After a pass whose creates all succeeded: whether they were what `refusal` held back, tried once
+    its backoff ran out (`hold` empties `plan.create` until then), or, for a supporting object's
+    refusal, a lost one restored. A ConfigMap restored within a pod's backoff says nothing of the quota
+    that refused the pod: forgetting the refusal then cost 8 refused creates and a backoff from 5 s again."""
+    return refusal is not None and (bool(plan.create) or (bool(plan.restore)
+                                                          and refusal.reason is Reason.CREATE_REFUSED))
+
+
 def say_why(plan: Plan, refusal: Refusal) -> None:
     plan.status["reason"] = refusal.reason.value
     plan.status["message"] = refusal.message
