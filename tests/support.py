@@ -358,11 +358,17 @@ class LogFollower:
 
     def events(self) -> list[dict[str, Any]]:
         """The JSON lines the examples print (horovodrun's `[rank]<stdout>:` prefix dropped)."""
-        found = []
+        found: list[dict[str, Any]] = []
+        decoder = json.JSONDecoder()
         for line in (HOROVODRUN_PREFIX.sub("", each) for each in list(self.lines)):
-            if line.startswith("{"):
-                with contextlib.suppress(ValueError):
-                    found.append(json.loads(line))
+            at = 0  # two ranks' lines run together where a script writes a line in two writes
+            while line.startswith("{", at):
+                try:
+                    event, at = decoder.raw_decode(line, at)
+                except ValueError:
+                    break
+                if isinstance(event, dict):
+                    found.append(event)
         return found
 
     def wait_event(self, match: Callable[[dict[str, Any]], bool], what: str, timeout: float = 300) -> dict[str, Any]:

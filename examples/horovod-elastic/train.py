@@ -20,6 +20,7 @@ and every rank follows), CHECKPOINT_DIR (default /tmp/checkpoints).
 import hashlib
 import json
 import os
+import sys
 import time
 
 import horovod.tensorflow as hvd_tf
@@ -36,7 +37,11 @@ LEARNING_RATE = 0.01
 
 
 def say(**event: object) -> None:
-    print(json.dumps(event), flush=True)
+    # One write per line: under PYTHONUNBUFFERED (the images') print writes the text and its newline
+    # apart, and mpirun, forwarding every rank's output to one stream, put another rank's line between
+    # them (`{...epoch 3...}{"event": "done", "rank": 1...}`, seen in a fresh `make test`).
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
 
 
 class Pace(tf.keras.callbacks.Callback):

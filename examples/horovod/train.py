@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 
 import horovod.tensorflow as hvd_tf
@@ -39,7 +40,11 @@ except ImportError:  # run elsewhere: nothing to report to
 
 
 def say(**event: object) -> None:
-    print(json.dumps(event), flush=True)
+    # One write per line: under PYTHONUNBUFFERED (the images') print writes the text and its newline
+    # apart, and mpirun, forwarding every rank's output to one stream, put another rank's line between
+    # them (`{...epoch 3...}{"event": "done", "rank": 1...}`, seen in a fresh `make test`).
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
 
 
 class Checkpoints(tf.keras.callbacks.Callback):

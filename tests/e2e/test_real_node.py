@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,6 +67,22 @@ class TableWatch:
         (LAST_LINES / f"{job}-kubectl-get-dtj-w.txt").write_text("\n".join(lines) + "\n")
         return lines
 
+    def close(self) -> None:
+        """Ended, if a failed test never stopped it: a Popen collected while its process runs is a
+        ResourceWarning that fails whichever later test the collector runs in (a fresh make test:
+        test_horovod failed, and the elastic test after it with `subprocess ... is still running`)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=10)
+
+
+@pytest.fixture
+def table(cluster: Cluster, job_namespace: str) -> Iterator[TableWatch]:
+    """`kubectl get dtj -w` in the test's namespace from its start; ended with the test, whatever happens."""
+    watch = TableWatch(cluster, job_namespace)
+    yield watch
+    watch.close()
+
 
 def progress_seen(lines: list[str]) -> list[tuple[str, str]]:
     """(PROGRESS%, ETA) of each Running line `kubectl get dtj -w` printed, by the header's positions."""
@@ -95,11 +112,11 @@ def progress_drawn(cluster: Cluster, ns: str, job: str) -> list[str]:
     return out.splitlines()
 
 
-def test_the_readmes_first_job(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+def test_the_readmes_first_job(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow,
+                               table: TableWatch) -> None:
     """examples/first-job, the README's and the chart's NOTES' first job, as they say to run it (its
     image named as your registry serves it: apply_example), and what they show of it."""
     started = time.monotonic()
-    table = TableWatch(cluster, job_namespace)
     # Long enough to watch: the status takes a report every 2 s (chart_operator).
     apply_example(cluster, job_namespace, EXAMPLES / "first-job" / "job.yaml", tmp_path)
     logs = follow(job_namespace, wait_pods_running(cluster, job_namespace, "mnist", 2, timeout=180))
@@ -216,9 +233,8 @@ def test_mirrored_single_pod_on_four_logical_cpus(cluster: Cluster, job_namespac
     TIMED.append(f"e2e: mirrored on 4 logical CPUs: {json.dumps(done)}")
 
 
-def test_horovod(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow) -> None:
+def test_horovod(cluster: Cluster, job_namespace: str, tmp_path: Path, follow: Follow, table: TableWatch) -> None:
     started = time.monotonic()
-    table = TableWatch(cluster, job_namespace)
     # Long enough for reports while it trains (epoch ends, at most one each 2 s): 2,000 steps took under 2 s
     # on a fresh machine, and the table showed only its last report (100%); 6,000 took about 4.
     apply_example(cluster, job_namespace, EXAMPLES / "horovod" / "job.yaml", tmp_path, env={"TRAIN_STEPS": "12000"})

@@ -111,6 +111,9 @@ def test_a_killed_worker_is_replaced_alone_and_too_few_for_too_long_restarts_the
         cluster: Cluster, namespace: str, operator: OperatorProcess) -> None:
     cluster.apply(elastic_job("alone", workers=2, low=1, high=3), namespace)
     wait_pods_running(cluster, namespace, "alone", 3)
+    # The job Running too: a worker failing before then (the job's pass comes up to 0.25 s after its
+    # pods' start, watch/podwatch.py) is replaced with the job Restarting, not Running (a fresh make test).
+    cluster.wait_phase(namespace, "alone", "Running")
     launcher = cluster.core.read_namespaced_pod("alone-launcher", namespace).metadata.uid
     cluster.finish_pod(namespace, "alone-worker-1", 137)
     status = wait_for(lambda: (s := cluster.job_status(namespace, "alone")).get("restarts") == 1 and s, 30,
